@@ -1,0 +1,41 @@
+"""Containment of faults in otel-handoff's own code.
+
+An instrumentation runs inside someone's production agent: a bug of ours (say, an
+attribute a future framework release renamed) must cost a trace, never a call. Every
+wrapper runs its bookkeeping through :func:`guard`, which logs each distinct fault once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+_LOG = logging.getLogger("otel_handoff")
+_reported: set[str] = set()
+
+T = TypeVar("T")
+
+
+def report(where: str, exc: BaseException) -> None:
+    """Log a fault in our own code once per place, with what to report."""
+    if where in _reported:
+        return
+    _reported.add(where)
+    _LOG.error(
+        "otel-handoff: internal error in %s (%s: %s); the agent is unaffected, this handoff's "
+        "trace may be incomplete. Please report it with your otel-handoff and framework versions.",
+        where,
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+    )
+
+
+def guard(where: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    """Run ``func``; on an exception, report it once and return None."""
+    try:
+        return func(*args, **kwargs)
+    except Exception as exc:
+        report(where, exc)
+        return None

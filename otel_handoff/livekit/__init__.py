@@ -1,0 +1,104 @@
+"""OpenTelemetry tracing of LiveKit Agents handoffs.
+
+Usage::
+
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+    LiveKitHandoffInstrumentor().instrument()
+
+Every handoff (a tool returning an Agent, ``session.update_agent()``, an AgentTask
+starting or handing back) becomes one ``agent_handoff`` span with children for the queue
+wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import wrap_function_wrapper
+
+from .. import semconv as sc
+from ..version import __version__
+from . import _features, _wrappers
+from .package import _instruments
+
+_LOG = logging.getLogger(__name__)
+
+_SESSION_MODULE = "livekit.agents.voice.agent_session"
+_ACTIVITY_MODULE = "livekit.agents.voice.agent_activity"
+_GENERATION_MODULE = "livekit.agents.voice.generation"
+
+__all__ = ["LiveKitHandoffInstrumentor"]
+
+
+def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
+    """(module, "Class.method", wrapper) for everything this instrumentor patches."""
+    with_telemetry = functools.partial
+    return [
+        (_SESSION_MODULE, "AgentSession.__init__", _wrappers.wrap_session_init),
+        (
+            _SESSION_MODULE,
+            "AgentSession.update_agent",
+            with_telemetry(_wrappers.wrap_update_agent, telemetry),
+        ),
+        (
+            _SESSION_MODULE,
+            "AgentSession._update_activity",
+            with_telemetry(_wrappers.wrap_update_activity, telemetry),
+        ),
+        (_ACTIVITY_MODULE, "AgentActivity.__init__", _wrappers.wrap_activity_init),
+        (_ACTIVITY_MODULE, "AgentActivity.drain", _wrappers.wrap_drain),
+        (_ACTIVITY_MODULE, "AgentActivity.pause", _wrappers.wrap_pause),
+        (_ACTIVITY_MODULE, "AgentActivity.aclose", _wrappers.wrap_aclose),
+        (_ACTIVITY_MODULE, "AgentActivity.start", _wrappers.wrap_start),
+        (_ACTIVITY_MODULE, "AgentActivity.resume", _wrappers.wrap_resume),
+        (_ACTIVITY_MODULE, "AgentActivity._create_speech_task", _wrappers.wrap_create_speech_task),
+        (_GENERATION_MODULE, "make_tool_output", with_telemetry(_wrappers.wrap_make_tool_output, telemetry)),
+    ]
+
+
+class LiveKitHandoffInstrumentor(BaseInstrumentor):
+    """Traces LiveKit Agents handoffs (livekit-agents 1.2 to 1.8)."""
+
+    _wrapped: tuple[tuple[str, str], ...] = ()
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        features = _features.detect()
+        tracer = trace.get_tracer(
+            __name__,
+            __version__,
+            tracer_provider=kwargs.get("tracer_provider"),
+            schema_url="https://opentelemetry.io/schemas/1.28.0",
+        )
+        telemetry = _wrappers.Telemetry(
+            tracer=tracer,
+            features=features,
+            static_attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
+                sc.FRAMEWORK: sc.FRAMEWORK_LIVEKIT,
+                sc.FRAMEWORK_VERSION: features.version,
+            },
+        )
+        wrapped: list[tuple[str, str]] = []
+        for module, name, wrapper in _wrap_points(telemetry):
+            wrap_function_wrapper(module, name, wrapper)
+            wrapped.append((module, name))
+        type(self)._wrapped = tuple(wrapped)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        import importlib
+
+        for module, name in type(self)._wrapped:
+            owner, _, attr = name.rpartition(".")
+            target = importlib.import_module(module)
+            unwrap(getattr(target, owner) if owner else target, attr)
+        type(self)._wrapped = ()

@@ -1,0 +1,73 @@
+"""Feature detection for livekit-agents, done once at ``instrument()`` time.
+
+Releases 1.2 to 1.8 differ in what a handoff tracer can see; each difference is read
+here from the installed code (signatures, attributes), never guessed from a version
+number, so wrappers on the hot path only test plain booleans.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+from typing import Any
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class LiveKitFeatures:
+    version: str
+    # `_update_activity_task(old_task, agent)`: an earlier handoff can be awaited (queue wait)
+    queue_wait: bool
+    # `start/resume(reuse_resources=...)` and `_ReusableResources` (1.5.3+)
+    reuse: bool
+    # `_ReusableResources.turn_detector_stream` (1.6.1+)
+    turn_detector_reuse: bool
+    # `voice/tool_executor.py` (1.6.0+)
+    tool_executor: bool
+
+
+def _has_param(func: Any, name: str) -> bool:
+    try:
+        return name in inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def detect() -> LiveKitFeatures:
+    """Read what the installed livekit-agents offers; log what is left out."""
+    from livekit.agents import __version__
+    from livekit.agents.voice import agent_activity, agent_session
+
+    session_cls = agent_session.AgentSession
+    activity_cls = agent_activity.AgentActivity
+    reusable = getattr(agent_activity, "_ReusableResources", None)
+    reusable_fields = (
+        {f.name for f in dataclasses.fields(reusable)}
+        if reusable is not None and dataclasses.is_dataclass(reusable)
+        else set()
+    )
+    try:
+        from livekit.agents.voice import tool_executor  # noqa: F401
+
+        has_tool_executor = True
+    except ImportError:
+        has_tool_executor = False
+
+    features = LiveKitFeatures(
+        version=__version__,
+        queue_wait=_has_param(session_cls._update_activity_task, "old_task"),
+        reuse=_has_param(activity_cls.start, "reuse_resources") and "stt_pipeline" in reusable_fields,
+        turn_detector_reuse="turn_detector_stream" in reusable_fields,
+        tool_executor=has_tool_executor,
+    )
+    for flag, what in (
+        ("queue_wait", "queue wait (no earlier-handoff await in _update_activity_task)"),
+        ("reuse", "STT / realtime session reuse (needs livekit-agents 1.5.3+)"),
+        ("turn_detector_reuse", "turn detector reuse (needs livekit-agents 1.6.1+)"),
+        ("tool_executor", "tool executor tracing (needs livekit-agents 1.6.0+)"),
+    ):
+        if not getattr(features, flag):
+            _LOG.debug("livekit-agents %s: %s left out", features.version, what)
+    return features

@@ -1,0 +1,274 @@
+"""One LiveKit handoff in flight: its span, its phase timings, and how they become spans.
+
+A handoff is traced without ever making our spans current: LiveKit replaces the current
+OTel context inside ``_update_activity`` and user code must see the same current span as
+without instrumentation. The handoff travels in a ``ContextVar`` instead, and every child
+span is parented explicitly. Child spans are emitted when their phase is over, with
+explicit start and end times, so a cancelled or failed phase never leaves one open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
+
+from .. import semconv as sc
+
+# the handoff whose `_update_activity` runs in this task
+CURRENT_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
+# a handoff requested by `update_agent()`, waiting for its task to reach `_update_activity`
+PENDING_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
+
+
+@dataclass(frozen=True)
+class ToolCause:
+    """The tool whose return value asked for a handoff."""
+
+    name: str
+    call_id: str
+    span_context: SpanContext | None
+
+
+@dataclass
+class PhaseMark:
+    phase: str
+    start_ns: int
+    lock_wait_before_ns: int
+    reused: tuple[bool, bool, bool] = (False, False, False)
+
+
+class Handoff:
+    """State of one handoff, from its request to the new activity's start or resume."""
+
+    __slots__ = (
+        "_old_activity",
+        "_parent_context",
+        "_phase_ns",
+        "_session",
+        "_to_agent",
+        "ended",
+        "from_agent",
+        "lock_wait_ns",
+        "new_activity",
+        "outcome",
+        "previous_activity",
+        "queue_wait_ns",
+        "queued",
+        "reused",
+        "span",
+        "start_ns",
+        "started_phases",
+        "telemetry",
+    )
+
+    def __init__(
+        self,
+        telemetry: Any,
+        session: Any,
+        agent: Any,
+        *,
+        trigger: str,
+        parent: otel_context.Context,
+        sequence: int,
+        queued: bool,
+        tool: ToolCause | None = None,
+        previous_activity: str = sc.CLOSE,
+        new_activity: str = sc.START,
+    ) -> None:
+        self.telemetry = telemetry
+        self._session = weakref.ref(session)
+        self._to_agent = weakref.ref(agent)
+        self._old_activity: weakref.ref[Any] | None = None
+        self.start_ns = time.time_ns()
+        self.queued = queued
+        self.queue_wait_ns = 0
+        self.lock_wait_ns = 0
+        self._phase_ns: dict[str, int] = {}
+        self.started_phases: set[str] = set()
+        self.previous_activity = previous_activity
+        self.new_activity = new_activity
+        self.ended = False
+        self.outcome: str | None = None
+        self.from_agent: tuple[str, str] | None = None  # (label, id)
+        self.reused = (False, False, False)  # stt, realtime session, turn detector
+
+        attributes = dict(telemetry.static_attributes)
+        attributes[sc.TRIGGER] = trigger
+        attributes[sc.SEQUENCE] = sequence
+        attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = agent.label
+        attributes[sc.TO_AGENT_ID] = agent.id
+        if tool is not None:
+            attributes[sc.GEN_AI_TOOL_NAME] = tool.name
+            attributes[sc.GEN_AI_TOOL_CALL_ID] = tool.call_id
+        links = (
+            [Link(tool.span_context)]
+            if tool is not None and tool.span_context is not None and tool.span_context.is_valid
+            else None
+        )
+        self.span = telemetry.tracer.start_span(
+            sc.SPAN_HANDOFF,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+            start_time=self.start_ns,
+        )
+        self._parent_context = trace.set_span_in_context(self.span)
+
+    # --- the session ---------------------------------------------------------------
+    def is_for(self, session: Any) -> bool:
+        return self._session() is session
+
+    def bind(self, previous_activity: str, new_activity: str) -> None:
+        """`_update_activity` was entered: the queue wait, if any, is over."""
+        self.previous_activity = previous_activity
+        self.new_activity = new_activity
+        if self.queued:
+            now = time.time_ns()
+            self.queue_wait_ns = now - self.start_ns
+            self._emit_child(sc.SPAN_QUEUE_WAIT, self.start_ns, now)
+
+    # --- waits and phases ----------------------------------------------------------
+    def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
+        self.lock_wait_ns += end_ns - start_ns
+        self._emit_child(sc.SPAN_LOCK_WAIT, start_ns, end_ns, {sc.LOCK: lock})
+
+    def begin_phase(self, phase: str, activity: Any, reuse_resources: Any = None) -> PhaseMark | None:
+        """Start timing ``phase`` if it belongs to this handoff, else return None.
+
+        Session close drains and closes activities too, and tasks spawned during a
+        handoff inherit its ContextVar: only the first drain/pause, the close of the
+        same activity, and the first start/resume of the handoff's agent count.
+        """
+        if self.ended or phase in self.started_phases:
+            return None
+        if phase in (sc.CLOSE,):
+            if self._old_activity is None or self._old_activity() is not activity:
+                return None
+        elif phase in (sc.START, sc.RESUME):
+            if activity.agent is not self._to_agent():
+                return None
+        else:  # drain / pause: the activity actually left
+            if self._old_activity is not None:
+                return None
+            self._old_activity = weakref.ref(activity)
+            self.from_agent = (activity.agent.label, activity.agent.id)
+        self.started_phases.add(phase)
+        mark = PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
+        if reuse_resources is not None:
+            # snapshot now: `_start_session` clears the fields as ownership moves
+            mark.reused = (
+                getattr(reuse_resources, "stt_pipeline", None) is not None,
+                getattr(reuse_resources, "rt_session", None) is not None,
+                getattr(reuse_resources, "turn_detector_stream", None) is not None,
+            )
+        return mark
+
+    def end_phase(self, mark: PhaseMark, error: BaseException | None) -> None:
+        end_ns = time.time_ns()
+        waited = self.lock_wait_ns - mark.lock_wait_before_ns
+        self._phase_ns[mark.phase] = max(0, end_ns - mark.start_ns - waited)
+        span_name = sc.PHASES[mark.phase][0]
+        # the activity lock is the first thing each phase takes: its wait precedes the work
+        self._emit_child(span_name, min(end_ns, mark.start_ns + waited), end_ns, error=error)
+        if error is None and mark.phase in (sc.START, sc.RESUME):
+            self.reused = mark.reused
+            self.end(sc.OUTCOME_COMPLETED)
+
+    # --- on_enter --------------------------------------------------------------------
+    async def run_on_enter(self, coro: Any) -> Any:
+        """Await the new agent's on_enter coroutine inside its own task, timing it."""
+        start_ns = time.time_ns()
+        error: BaseException | None = None
+        try:
+            return await coro
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            end_ns = time.time_ns()
+            self._emit_child(
+                sc.SPAN_ON_ENTER,
+                start_ns,
+                end_ns,
+                {sc.ON_ENTER_DURATION: (end_ns - start_ns) / 1e9},
+                error=error,
+            )
+
+    # --- the end -----------------------------------------------------------------------
+    def fail(self, error: BaseException) -> None:
+        if self.ended:
+            return
+        session = self._session()
+        if isinstance(error, asyncio.CancelledError):
+            closing = bool(session is not None and getattr(session, "_closing", False))
+            self.span.set_status(Status(StatusCode.ERROR, "handoff cancelled"))
+            self.end(sc.OUTCOME_SKIPPED if closing else sc.OUTCOME_ERROR)
+            return
+        self.span.record_exception(error)
+        self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        self.end(sc.OUTCOME_ERROR)
+
+    def end(self, outcome: str) -> None:
+        """Set the summary attributes and end the span; idempotent."""
+        if self.ended:
+            return
+        self.ended = True
+        self.outcome = outcome
+        phases = self._phase_ns
+        attributes: dict[str, Any] = {
+            sc.OUTCOME: outcome,
+            sc.PREVIOUS_ACTIVITY: self.previous_activity,
+            sc.NEW_ACTIVITY: self.new_activity,
+            sc.QUEUE_WAIT_DURATION: self.queue_wait_ns / 1e9,
+            sc.LOCK_WAIT_DURATION: self.lock_wait_ns / 1e9,
+            sc.DURATION: sum(phases.values()) / 1e9,
+        }
+        (
+            attributes[sc.STT_REUSED],
+            attributes[sc.REALTIME_SESSION_REUSED],
+            attributes[sc.TURN_DETECTOR_REUSED],
+        ) = self.reused
+        from_label, from_id = self.from_agent or self._current_agent()
+        attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = from_label
+        attributes[sc.FROM_AGENT_ID] = from_id
+        leaving = sc.DRAIN if self.previous_activity == sc.CLOSE else sc.PAUSE
+        entering = sc.START if self.new_activity == sc.START else sc.RESUME
+        attributes[sc.PHASES[leaving][1]] = phases.get(leaving, 0) / 1e9
+        if self.previous_activity == sc.CLOSE:
+            attributes[sc.CLOSE_DURATION] = phases.get(sc.CLOSE, 0) / 1e9
+        attributes[sc.PHASES[entering][1]] = phases.get(entering, 0) / 1e9
+        self.span.set_attributes(attributes)
+        self.span.end()
+
+    def _current_agent(self) -> tuple[str, str]:
+        """The agent in place when nothing was drained or paused (e.g. skipped early)."""
+        session = self._session()
+        agent = getattr(getattr(session, "_activity", None), "agent", None)
+        return (agent.label, agent.id) if agent is not None else ("", "")
+
+    def _emit_child(
+        self,
+        name: str,
+        start_ns: int,
+        end_ns: int,
+        attributes: dict[str, Any] | None = None,
+        error: BaseException | None = None,
+    ) -> None:
+        span = self.telemetry.tracer.start_span(
+            name, context=self._parent_context, attributes=attributes, start_time=start_ns
+        )
+        if error is not None and not isinstance(error, asyncio.CancelledError):
+            span.record_exception(error)
+            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end(end_time=end_ns)

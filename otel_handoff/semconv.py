@@ -1,0 +1,81 @@
+"""Span names, attribute keys and values of the otel-handoff schema, each defined once.
+
+These names are a public contract: dashboards, the summary command and users' queries
+depend on them. The README's span table documents every entry here.
+"""
+
+from __future__ import annotations
+
+# --- span names -------------------------------------------------------------------------
+SPAN_HANDOFF = "agent_handoff"
+SPAN_QUEUE_WAIT = "agent_handoff.queue_wait"
+SPAN_LOCK_WAIT = "agent_handoff.lock_wait"
+SPAN_DRAIN = "agent_handoff.drain"
+SPAN_PAUSE = "agent_handoff.pause"
+SPAN_CLOSE = "agent_handoff.close"
+SPAN_START = "agent_handoff.start"
+SPAN_RESUME = "agent_handoff.resume"
+SPAN_ON_ENTER = "agent_handoff.on_enter"
+
+# --- attributes borrowed from the GenAI semantic conventions ---------------------------
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_HANDOFF_FROM_AGENT = "gen_ai.handoff.from_agent"
+GEN_AI_HANDOFF_TO_AGENT = "gen_ai.handoff.to_agent"
+
+OPERATION_HANDOFF = "agent_handoff"
+
+# --- otel-handoff attributes ----------------------------------------------------------
+FROM_AGENT_ID = "agent_handoff.from_agent.id"
+TO_AGENT_ID = "agent_handoff.to_agent.id"
+FRAMEWORK = "agent_handoff.framework"
+FRAMEWORK_VERSION = "agent_handoff.framework.version"
+PREVIOUS_ACTIVITY = "agent_handoff.previous_activity"
+NEW_ACTIVITY = "agent_handoff.new_activity"
+TRIGGER = "agent_handoff.trigger"
+STT_REUSED = "agent_handoff.stt_reused"
+REALTIME_SESSION_REUSED = "agent_handoff.realtime_session_reused"
+TURN_DETECTOR_REUSED = "agent_handoff.turn_detector_reused"
+QUEUE_WAIT_DURATION = "agent_handoff.queue_wait.duration"
+LOCK_WAIT_DURATION = "agent_handoff.lock_wait.duration"
+DRAIN_DURATION = "agent_handoff.drain.duration"
+PAUSE_DURATION = "agent_handoff.pause.duration"
+CLOSE_DURATION = "agent_handoff.close.duration"
+START_DURATION = "agent_handoff.start.duration"
+RESUME_DURATION = "agent_handoff.resume.duration"
+ON_ENTER_DURATION = "agent_handoff.on_enter.duration"
+DURATION = "agent_handoff.duration"
+OUTCOME = "agent_handoff.outcome"
+SEQUENCE = "agent_handoff.sequence"
+LOCK = "agent_handoff.lock"
+
+# --- values ----------------------------------------------------------------------------
+FRAMEWORK_LIVEKIT = "livekit-agents"
+
+TRIGGER_TOOL = "tool"
+TRIGGER_API = "api"
+TRIGGER_TASK = "task"
+
+OUTCOME_COMPLETED = "completed"
+OUTCOME_ERROR = "error"
+OUTCOME_SKIPPED = "skipped"
+
+LOCK_SESSION = "session"
+LOCK_ACTIVITY = "activity"
+
+# previous/new activity modes, as the framework names them
+CLOSE = "close"
+PAUSE = "pause"
+DRAIN = "drain"
+START = "start"
+RESUME = "resume"
+
+# phase name -> (child span name, duration attribute on agent_handoff)
+PHASES: dict[str, tuple[str, str]] = {
+    "drain": (SPAN_DRAIN, DRAIN_DURATION),
+    "pause": (SPAN_PAUSE, PAUSE_DURATION),
+    "close": (SPAN_CLOSE, CLOSE_DURATION),
+    "start": (SPAN_START, START_DURATION),
+    "resume": (SPAN_RESUME, RESUME_DURATION),
+}
