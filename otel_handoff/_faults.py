@@ -8,20 +8,23 @@ wrapper runs its bookkeeping through :func:`guard`, which logs each distinct fau
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 _LOG = logging.getLogger("otel_handoff")
-_reported: set[str] = set()
+_reported: set[tuple[str, str, int]] = set()
 
 T = TypeVar("T")
 
 
 def report(where: str, exc: BaseException) -> None:
-    """Log a fault in our own code once per place, with what to report."""
-    if where in _reported:
+    """Log a fault in our own code once (one line of code raising, one log), with what to report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    key = (type(exc).__name__, frames[-1].filename, frames[-1].lineno or 0) if frames else (where, "", 0)
+    if key in _reported:
         return
-    _reported.add(where)
+    _reported.add(key)
     _LOG.error(
         "otel-handoff: internal error in %s (%s: %s); the agent is unaffected, this handoff's "
         "trace may be incomplete. Please report it with your otel-handoff and framework versions.",

@@ -206,6 +206,13 @@ class Handoff:
             )
 
     # --- the end -----------------------------------------------------------------------
+    def finish(self) -> None:
+        """`_update_activity` returned: completed if the new agent runs, else skipped (closing)."""
+        session = self._session()
+        activity = getattr(session, "_activity", None)
+        running = activity is not None and activity.agent is self._to_agent()
+        self.end(sc.OUTCOME_COMPLETED if running else sc.OUTCOME_SKIPPED)
+
     def fail(self, error: BaseException) -> None:
         if self.ended:
             return

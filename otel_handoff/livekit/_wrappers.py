@@ -169,8 +169,7 @@ async def wrap_update_activity(
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
-    # returned without starting the new activity: the session was closing
-    guard("_update_activity", handoff.end, sc.OUTCOME_SKIPPED)
+    guard("_update_activity", handoff.finish)
     return result
 
 

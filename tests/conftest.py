@@ -1,0 +1,103 @@
+"""Shared fixtures: one SDK provider with an in-memory exporter, LiveKit's own telemetry on it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_handoff import semconv as sc
+
+EXPORTER = InMemorySpanExporter()
+PROVIDER = TracerProvider()
+PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+
+
+class Spans:
+    """Finished spans of one test, with the queries the tests need."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self._exporter = exporter
+
+    def all(self) -> list[ReadableSpan]:
+        return list(self._exporter.get_finished_spans())
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return sorted((s for s in self.all() if s.name == name), key=lambda s: s.start_time)
+
+    def handoffs(self) -> list[ReadableSpan]:
+        return sorted(self.named(sc.SPAN_HANDOFF), key=lambda s: s.attributes[sc.SEQUENCE])
+
+    def children(self, parent: ReadableSpan, name: str | None = None) -> list[ReadableSpan]:
+        found = [
+            s
+            for s in self.all()
+            if s.parent is not None
+            and s.parent.span_id == parent.context.span_id
+            and (name is None or s.name == name)
+        ]
+        return sorted(found, key=lambda s: s.start_time)
+
+    def by_id(self, span_id: int) -> ReadableSpan | None:
+        return next((s for s in self.all() if s.context.span_id == span_id), None)
+
+
+@pytest.fixture(scope="session")
+def provider() -> TracerProvider:
+    return PROVIDER
+
+
+@pytest.fixture(scope="session", autouse=True)
+def livekit_telemetry(provider: TracerProvider) -> None:
+    """LiveKit's own spans go to the same provider, as `otel_handoff.configure()` arranges."""
+    try:
+        from livekit.agents.telemetry import set_tracer_provider
+    except ImportError:
+        return
+    set_tracer_provider(provider)
+
+
+@pytest.fixture
+def spans() -> Iterator[Spans]:
+    EXPORTER.clear()
+    yield Spans(EXPORTER)
+    EXPORTER.clear()
+
+
+@pytest.fixture
+def instrumented(provider: TracerProvider, spans: Spans) -> Iterator[Spans]:
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    yield spans
+    instrumentor.uninstrument()
+
+
+class OpenSpans(SpanProcessor):
+    """Tracks spans started and not yet ended, to prove every span we start is ended."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, ReadableSpan] = {}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.open[span.context.span_id] = span
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.open.pop(span.context.span_id, None)
+
+    def ours(self) -> list[ReadableSpan]:
+        return [s for s in self.open.values() if s.name.startswith(sc.SPAN_HANDOFF)]
+
+
+OPEN_SPANS = OpenSpans()
+PROVIDER.add_span_processor(OPEN_SPANS)
+
+
+@pytest.fixture
+def open_spans() -> OpenSpans:
+    return OPEN_SPANS

@@ -1,0 +1,102 @@
+"""Agents for the LiveKit tests: real `Agent` subclasses whose hooks the tests can script.
+
+No `from __future__ import annotations`: livekit-agents builds tool schemas from real annotations.
+"""
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, Optional
+
+from livekit.agents import Agent, AgentTask, function_tool
+
+Hook = Optional[Callable[[Agent], Awaitable[None]]]
+
+
+class HookedAgent(Agent):
+    """An agent whose on_enter / on_exit run scripted coroutines."""
+
+    def __init__(
+        self,
+        instructions: str = "You help the caller.",
+        *,
+        enter: Hook = None,
+        exit: Hook = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(instructions=instructions, **kwargs)
+        self._enter = enter
+        self._exit = exit
+        self.entered = asyncio.Event()
+
+    async def on_enter(self) -> None:
+        self.entered.set()
+        if self._enter is not None:
+            await self._enter(self)
+
+    async def on_exit(self) -> None:
+        if self._exit is not None:
+            await self._exit(self)
+
+
+class Billing(HookedAgent):
+    pass
+
+
+class Support(HookedAgent):
+    pass
+
+
+class Sales(HookedAgent):
+    pass
+
+
+class CollectEmail(AgentTask[str]):
+    def __init__(self) -> None:
+        super().__init__(instructions="Collect an email address.")
+
+    async def on_enter(self) -> None:
+        self.complete("someone@example.com")
+
+
+class Triage(HookedAgent):
+    """Routes the caller: a tool transfer to Billing, or an AgentTask round trip."""
+
+    def __init__(self, *, next_agent: Optional[Callable[[], Agent]] = None, **kwargs: Any) -> None:
+        super().__init__("You route the caller.", **kwargs)
+        self._next_agent = next_agent or Billing
+
+    @function_tool
+    async def transfer(self) -> Agent:
+        """Transfer the caller to billing."""
+        return self._next_agent()
+
+    @function_tool
+    async def ask_email(self) -> str:
+        """Collect the caller's email with a task, then come back."""
+        return await CollectEmail()
+
+
+def slow(seconds: float) -> Callable[[Agent], Awaitable[None]]:
+    """A hook that takes `seconds`: the work being measured, not a synchronisation."""
+
+    async def hook(_: Agent) -> None:
+        await asyncio.sleep(seconds)
+
+    return hook
+
+
+def gated(started: asyncio.Event, release: asyncio.Event) -> Callable[[Agent], Awaitable[None]]:
+    """A hook that signals it started and then waits to be released."""
+
+    async def hook(_: Agent) -> None:
+        started.set()
+        await release.wait()
+
+    return hook
+
+
+def failing(error: BaseException) -> Callable[[Agent], Awaitable[None]]:
+    async def hook(_: Agent) -> None:
+        raise error
+
+    return hook

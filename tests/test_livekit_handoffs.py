@@ -1,0 +1,309 @@
+"""Handoff spans from a real livekit-agents AgentSession run offline (only model edges scripted)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from conftest import Spans
+from lk_agents import Billing, CollectEmail, Support, Triage, failing, gated, slow
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from otel_handoff import semconv as sc
+
+livekit = pytest.importorskip("livekit.agents")
+
+from livekit.agents import AgentSession  # noqa: E402
+
+from otel_handoff._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT  # noqa: E402
+from otel_handoff.livekit._features import detect  # noqa: E402
+
+FEATURES = detect()
+needs_reuse = pytest.mark.skipif(not FEATURES.reuse, reason="resource reuse needs livekit-agents 1.5.3+")
+needs_queue = pytest.mark.skipif(not FEATURES.queue_wait, reason="no queued handoffs before 1.2.1")
+
+ALWAYS = (
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_HANDOFF_FROM_AGENT,
+    sc.GEN_AI_HANDOFF_TO_AGENT,
+    sc.FROM_AGENT_ID,
+    sc.TO_AGENT_ID,
+    sc.FRAMEWORK,
+    sc.FRAMEWORK_VERSION,
+    sc.PREVIOUS_ACTIVITY,
+    sc.NEW_ACTIVITY,
+    sc.TRIGGER,
+    sc.STT_REUSED,
+    sc.REALTIME_SESSION_REUSED,
+    sc.TURN_DETECTOR_REUSED,
+    sc.QUEUE_WAIT_DURATION,
+    sc.LOCK_WAIT_DURATION,
+    sc.DURATION,
+    sc.OUTCOME,
+    sc.SEQUENCE,
+)
+HOLD = 0.05  # seconds a test keeps a lock or a hook busy: the work measured, not a synchronisation
+
+
+@contextlib.asynccontextmanager
+async def running(agent: Any, **session_kwargs: Any) -> AsyncIterator[AgentSession]:
+    session = AgentSession(**{"llm": ScriptedLLM(), **session_kwargs})
+    await session.start(agent=agent)
+    try:
+        yield session
+    finally:
+        await session.aclose()
+
+
+async def settle(session: AgentSession) -> None:
+    """Wait for the handoff in flight and the new agent's on_enter task (private, but exact)."""
+    if session._update_activity_atask is not None:
+        await asyncio.gather(session._update_activity_atask, return_exceptions=True)
+    activity = session._activity
+    if activity is not None and activity._on_enter_task is not None:
+        await asyncio.gather(activity._on_enter_task, return_exceptions=True)
+
+
+def check_schema(span: ReadableSpan) -> dict[str, Any]:
+    """Every always-present attribute is there, and the durations add up."""
+    attrs = dict(span.attributes)
+    missing = [key for key in ALWAYS if key not in attrs]
+    assert not missing, f"missing {missing}"
+    assert attrs[sc.GEN_AI_OPERATION_NAME] == "agent_handoff"
+    assert attrs[sc.FRAMEWORK] == "livekit-agents"
+    assert attrs[sc.FRAMEWORK_VERSION] == livekit.__version__
+    leaving = sc.DRAIN_DURATION if attrs[sc.PREVIOUS_ACTIVITY] == "close" else sc.PAUSE_DURATION
+    entering = sc.START_DURATION if attrs[sc.NEW_ACTIVITY] == "start" else sc.RESUME_DURATION
+    phases = [attrs[leaving], attrs[entering]]
+    if attrs[sc.PREVIOUS_ACTIVITY] == "close":
+        phases.append(attrs[sc.CLOSE_DURATION])
+    else:
+        assert sc.CLOSE_DURATION not in attrs
+    for key, value in attrs.items():
+        if key.endswith(".duration"):
+            assert value >= 0, key
+    assert attrs[sc.DURATION] == pytest.approx(sum(phases), abs=1e-6)
+    assert span.end_time is not None
+    return attrs
+
+
+def child_names(spans: Spans, parent: ReadableSpan) -> list[str]:
+    return [s.name for s in spans.children(parent)]
+
+
+async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
+    llm = ScriptedLLM(tool_calls=["transfer"])
+    async with running(Triage(), llm=llm) as session:
+        await session.run(user_input="I have a billing question")
+        await settle(session)
+        assert isinstance(session.current_agent, Billing)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    assert attrs[sc.TRIGGER] == "tool"
+    assert attrs[sc.GEN_AI_TOOL_NAME] == "transfer"
+    assert attrs[sc.GEN_AI_TOOL_CALL_ID] == "call_1"
+    assert attrs[sc.GEN_AI_HANDOFF_FROM_AGENT] == Triage().label
+    assert attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == Billing().label
+    assert (attrs[sc.PREVIOUS_ACTIVITY], attrs[sc.NEW_ACTIVITY]) == ("close", "start")
+    assert attrs[sc.OUTCOME] == "completed"
+    assert attrs[sc.SEQUENCE] == 1
+    assert attrs[sc.QUEUE_WAIT_DURATION] == 0 and attrs[sc.LOCK_WAIT_DURATION] == 0
+    assert child_names(instrumented, handoff) == [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
+    assert handoff.kind == trace.SpanKind.INTERNAL
+
+    # same trace as LiveKit's own spans, parented where update_agent() was called,
+    # linked to the function_tool span the tool ran in
+    [session_span] = instrumented.named("agent_session")
+    assert handoff.context.trace_id == session_span.context.trace_id
+    parent = instrumented.by_id(handoff.parent.span_id)
+    assert parent is not None and not parent.name.startswith("agent_handoff")
+    [tool_span] = instrumented.named("function_tool")
+    assert [link.context.span_id for link in handoff.links] == [tool_span.context.span_id]
+    assert not open_spans.ours()
+
+
+async def test_update_agent_from_code_keeps_caller_span(instrumented: Spans) -> None:
+    tracer = trace.get_tracer("app")
+    async with running(Triage()) as session:
+        with tracer.start_as_current_span("caller") as caller:
+            session.update_agent(Support())
+            assert trace.get_current_span() is caller
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    assert attrs[sc.TRIGGER] == "api"
+    assert sc.GEN_AI_TOOL_NAME not in attrs and not handoff.links
+    assert attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == Support().label
+    assert handoff.parent.span_id == caller.get_span_context().span_id
+    for child in instrumented.children(handoff):
+        assert child.context.trace_id == handoff.context.trace_id
+
+
+async def test_agent_task_enter_and_return(instrumented: Spans) -> None:
+    llm = ScriptedLLM(tool_calls=["ask_email"])
+    async with running(Triage(), llm=llm) as session:
+        await session.run(user_input="take my email")
+        await settle(session)
+        assert isinstance(session.current_agent, Triage)
+
+    enter, back = instrumented.handoffs()
+    enter_attrs, back_attrs = check_schema(enter), check_schema(back)
+    assert enter_attrs[sc.TRIGGER] == back_attrs[sc.TRIGGER] == "task"
+    assert (enter_attrs[sc.PREVIOUS_ACTIVITY], enter_attrs[sc.NEW_ACTIVITY]) == ("pause", "start")
+    assert (back_attrs[sc.PREVIOUS_ACTIVITY], back_attrs[sc.NEW_ACTIVITY]) == ("close", "resume")
+    assert enter_attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == back_attrs[sc.GEN_AI_HANDOFF_FROM_AGENT]
+    assert enter_attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == CollectEmail().label
+    assert back_attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == Triage().label
+    assert (enter_attrs[sc.SEQUENCE], back_attrs[sc.SEQUENCE]) == (1, 2)
+    assert child_names(instrumented, enter) == [sc.SPAN_PAUSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
+    assert child_names(instrumented, back) == [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_RESUME]
+
+
+@needs_queue
+async def test_back_to_back_update_agent_queues(instrumented: Spans) -> None:
+    async with running(Triage(exit=slow(HOLD))) as session:
+        session.update_agent(Billing())
+        session.update_agent(Support())
+        await settle(session)
+        assert isinstance(session.current_agent, Support)
+
+    first, second = instrumented.handoffs()
+    first_attrs, second_attrs = check_schema(first), check_schema(second)
+    assert first_attrs[sc.QUEUE_WAIT_DURATION] == 0
+    assert second_attrs[sc.QUEUE_WAIT_DURATION] >= HOLD  # waited for the first, slow drain
+    assert sc.SPAN_QUEUE_WAIT not in child_names(instrumented, first)
+    [queue] = instrumented.children(second, sc.SPAN_QUEUE_WAIT)
+    assert (queue.end_time - queue.start_time) / 1e9 == pytest.approx(second_attrs[sc.QUEUE_WAIT_DURATION])
+    # "from" is the agent actually drained, not the one current when it was requested
+    assert second_attrs[sc.GEN_AI_HANDOFF_FROM_AGENT] == Billing().label
+    assert second_attrs[sc.DURATION] < HOLD
+
+
+async def test_contended_session_lock(instrumented: Spans) -> None:
+    async with running(Triage()) as session:
+        lock = session._activity_lock
+        async with lock:
+            session.update_agent(Billing())
+            for _ in range(1000):  # bounded: let the handoff task reach the lock
+                if lock._waiters:
+                    break
+                await asyncio.sleep(0)
+            assert lock._waiters, "the handoff never waited on the session lock"
+            await asyncio.sleep(HOLD)  # the contention being measured
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    assert attrs[sc.LOCK_WAIT_DURATION] >= HOLD
+    [wait] = instrumented.children(handoff, sc.SPAN_LOCK_WAIT)
+    assert wait.attributes[sc.LOCK] == "session"
+    for key in (sc.DRAIN_DURATION, sc.CLOSE_DURATION, sc.START_DURATION, sc.DURATION):
+        assert attrs[key] < HOLD, key  # phases exclude the lock wait
+    [drain] = instrumented.children(handoff, sc.SPAN_DRAIN)
+    assert drain.start_time >= wait.end_time
+
+
+async def test_slow_on_exit_is_in_drain(instrumented: Spans) -> None:
+    async with running(Triage(exit=slow(HOLD))) as session:
+        session.update_agent(Billing())
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    assert attrs[sc.DRAIN_DURATION] >= HOLD
+    assert attrs[sc.DURATION] >= HOLD
+    [drain] = instrumented.children(handoff, sc.SPAN_DRAIN)
+    assert (drain.end_time - drain.start_time) / 1e9 >= HOLD
+
+
+async def test_slow_on_enter_outlives_handoff(instrumented: Spans) -> None:
+    async with running(Triage()) as session:
+        session.update_agent(Billing(enter=slow(HOLD)))
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    [on_enter] = instrumented.children(handoff, sc.SPAN_ON_ENTER)
+    assert on_enter.attributes[sc.ON_ENTER_DURATION] >= HOLD
+    assert on_enter.end_time > handoff.end_time
+    assert attrs[sc.DURATION] < HOLD  # on_enter is not part of the handoff's duration
+    assert on_enter.status.status_code is StatusCode.UNSET
+
+
+async def test_on_enter_exception(instrumented: Spans) -> None:
+    async with running(Triage()) as session:
+        session.update_agent(Billing(enter=failing(ValueError("boom"))))
+        await settle(session)
+        assert isinstance(session.current_agent, Billing)
+
+    [handoff] = instrumented.handoffs()
+    assert check_schema(handoff)[sc.OUTCOME] == "completed"
+    [on_enter] = instrumented.children(handoff, sc.SPAN_ON_ENTER)
+    assert on_enter.status.status_code is StatusCode.ERROR
+    assert [e.attributes["exception.type"] for e in on_enter.events] == ["ValueError"]
+
+
+@needs_reuse
+@pytest.mark.parametrize(("mutable", "reused", "sessions"), [(True, True, 1), (False, False, 2)])
+async def test_realtime_session_reuse(instrumented: Spans, mutable: bool, reused: bool, sessions: int) -> None:
+    model = IdleRealtimeModel(mutable=mutable)
+    async with running(Billing("You are A."), llm=model) as session:
+        session.update_agent(Support("You are B."))
+        await settle(session)
+        assert len(model.sessions) == sessions
+
+    [handoff] = instrumented.handoffs()
+    assert check_schema(handoff)[sc.REALTIME_SESSION_REUSED] is reused
+
+
+@needs_reuse
+@pytest.mark.parametrize("shared", [True, False])
+async def test_stt_reuse(instrumented: Spans, shared: bool) -> None:
+    common = SilentSTT()
+    per_agent = {} if shared else {"stt": SilentSTT()}
+    async with running(Billing(**per_agent), stt=common) as session:
+        session.update_agent(Support(**({} if shared else {"stt": SilentSTT()})))
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    assert check_schema(handoff)[sc.STT_REUSED] is shared
+
+
+async def test_session_close_during_handoff(instrumented: Spans, open_spans: Any) -> None:
+    exiting, release = asyncio.Event(), asyncio.Event()
+    session = AgentSession(llm=ScriptedLLM())
+    await session.start(agent=Triage(exit=gated(exiting, release)))
+    session.update_agent(Billing())
+    await exiting.wait()
+    closing = asyncio.create_task(session.aclose())
+    for _ in range(1000):  # bounded: let aclose() mark the session closing while the drain is blocked
+        if session._closing:
+            break
+        await asyncio.sleep(0)
+    assert session._closing
+    release.set()
+    await closing
+    await asyncio.gather(session._update_activity_atask, return_exceptions=True)
+
+    [handoff] = instrumented.handoffs()
+    attrs = check_schema(handoff)
+    assert attrs[sc.OUTCOME] == "skipped"
+    assert sc.SPAN_START not in child_names(instrumented, handoff)
+    assert not open_spans.ours()
+
+
+async def test_sequence_counts_per_session(instrumented: Spans) -> None:
+    for _ in range(2):
+        async with running(Triage()) as session:
+            session.update_agent(Billing())
+            await settle(session)
+            session.update_agent(Support())
+            await settle(session)
+    assert [h.attributes[sc.SEQUENCE] for h in instrumented.handoffs()] == [1, 1, 2, 2]

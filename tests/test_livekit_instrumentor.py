@@ -1,0 +1,133 @@
+"""The instrumentor itself: patching, restoring, and staying invisible to the host app."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from conftest import Spans
+from lk_agents import Billing, Support, Triage
+from opentelemetry import trace
+from wrapt import FunctionWrapper
+
+from otel_handoff import semconv as sc
+
+pytest.importorskip("livekit.agents")
+
+from livekit.agents import AgentSession  # noqa: E402
+from livekit.agents.voice import agent_activity, agent_session, generation  # noqa: E402
+
+from otel_handoff._offline import ScriptedLLM  # noqa: E402
+from otel_handoff.livekit import LiveKitHandoffInstrumentor  # noqa: E402
+from otel_handoff.livekit._handoff import Handoff  # noqa: E402
+
+PATCHED = [
+    (agent_session.AgentSession, "__init__"),
+    (agent_session.AgentSession, "update_agent"),
+    (agent_session.AgentSession, "_update_activity"),
+    (agent_activity.AgentActivity, "__init__"),
+    (agent_activity.AgentActivity, "drain"),
+    (agent_activity.AgentActivity, "pause"),
+    (agent_activity.AgentActivity, "aclose"),
+    (agent_activity.AgentActivity, "start"),
+    (agent_activity.AgentActivity, "resume"),
+    (agent_activity.AgentActivity, "_create_speech_task"),
+    (generation, "make_tool_output"),
+]
+
+
+def current(owner: Any, name: str) -> Any:
+    return owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+
+
+def test_instrument_wraps_once_and_uninstrument_restores(provider: Any) -> None:
+    originals = [current(owner, name) for owner, name in PATCHED]
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=provider)  # idempotent
+    try:
+        for (owner, name), original in zip(PATCHED, originals):
+            patched = current(owner, name)
+            assert isinstance(patched, FunctionWrapper), name
+            assert patched.__wrapped__ is original, f"{name} wrapped twice"
+    finally:
+        instrumentor.uninstrument()
+    for (owner, name), original in zip(PATCHED, originals):
+        assert current(owner, name) is original, name
+    assert instrumentor.instrumentation_dependencies() == ("livekit-agents >= 1.2, < 2",)
+
+
+async def test_no_spans_after_uninstrument(provider: Any, spans: Spans) -> None:
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.uninstrument()
+    session = AgentSession(llm=ScriptedLLM())
+    await session.start(agent=Triage())
+    session.update_agent(Billing())
+    await session._update_activity_atask
+    await session.aclose()
+    assert not spans.handoffs()
+    assert isinstance(session.current_agent, Billing)
+
+
+async def _handoff_and_observe(tool_calls: list[str]) -> dict[str, Any]:
+    """What a host app can observe of a session: history, events, current spans, agent."""
+    tracer = trace.get_tracer("app")
+    events: list[str] = []
+    session = AgentSession(llm=ScriptedLLM(tool_calls=tool_calls))
+    for name in ("agent_state_changed", "conversation_item_added", "function_tools_executed"):
+        session.on(name, lambda ev, name=name: events.append(name))
+    await session.start(agent=Triage())
+    with tracer.start_as_current_span("app") as app_span:
+        result = await session.run(user_input="help")
+        seen_after_run = trace.get_current_span() is app_span
+        session.update_agent(Support())
+        seen_after_update = trace.get_current_span() is app_span
+        await session._update_activity_atask
+    observed = {
+        "agent": type(session.current_agent).__name__,
+        "history": [(item.type, getattr(item, "role", None)) for item in session.history.items],
+        "events": events,
+        "run_events": [type(ev).__name__ for ev in result.events],
+        "current_span_kept": (seen_after_run, seen_after_update),
+    }
+    await session.aclose()
+    return observed
+
+
+@pytest.mark.parametrize("tool_calls", [["transfer"], ["ask_email"]])
+async def test_host_app_sees_no_difference(provider: Any, spans: Spans, tool_calls: list[str]) -> None:
+    plain = await _handoff_and_observe(tool_calls)
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await _handoff_and_observe(tool_calls)
+    finally:
+        instrumentor.uninstrument()
+    assert traced == plain
+    assert len(spans.handoffs()) >= 2
+
+
+async def test_fault_in_our_code_is_contained(
+    instrumented: Spans, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, open_spans: Any
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise AttributeError("'AgentActivity' object has no attribute 'agent'")  # a future release
+
+    monkeypatch.setattr(Handoff, "begin_phase", broken)
+    caplog.set_level(logging.ERROR, logger="otel_handoff")
+    session = AgentSession(llm=ScriptedLLM())
+    await session.start(agent=Triage())
+    for agent in (Billing(), Support()):
+        session.update_agent(agent)
+        await session._update_activity_atask
+        assert session.current_agent is agent
+    await session.aclose()
+
+    reports = [r for r in caplog.records if r.name == "otel_handoff"]
+    assert len(reports) == 1, "a fault is logged once, not per handoff"
+    assert "please report" in reports[0].getMessage().lower()
+    handoffs = instrumented.handoffs()
+    assert [h.attributes[sc.OUTCOME] for h in handoffs] == ["completed", "completed"]
+    assert not open_spans.ours()
