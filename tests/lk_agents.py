@@ -5,11 +5,11 @@ No `from __future__ import annotations`: livekit-agents builds tool schemas from
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, Optional
+from typing import Any
 
 from livekit.agents import Agent, AgentTask, function_tool
 
-Hook = Optional[Callable[[Agent], Awaitable[None]]]
+Hook = Callable[[Agent], Awaitable[None]] | None
 
 
 class HookedAgent(Agent):
@@ -61,7 +61,7 @@ class CollectEmail(AgentTask[str]):
 class Triage(HookedAgent):
     """Routes the caller: a tool transfer to Billing, or an AgentTask round trip."""
 
-    def __init__(self, *, next_agent: Optional[Callable[[], Agent]] = None, **kwargs: Any) -> None:
+    def __init__(self, *, next_agent: Callable[[], Agent] | None = None, **kwargs: Any) -> None:
         super().__init__("You route the caller.", **kwargs)
         self._next_agent = next_agent or Billing
 

@@ -7,21 +7,18 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+import livekit.agents as livekit
 import pytest
 from conftest import Spans
+from livekit.agents import AgentSession
 from lk_agents import Billing, CollectEmail, Support, Triage, failing, gated, slow
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from otel_handoff import semconv as sc
-
-livekit = pytest.importorskip("livekit.agents")
-
-from livekit.agents import AgentSession  # noqa: E402
-
-from otel_handoff._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT  # noqa: E402
-from otel_handoff.livekit._features import detect  # noqa: E402
+from otel_handoff._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.livekit._features import detect
 
 FEATURES = detect()
 needs_reuse = pytest.mark.skipif(not FEATURES.reuse, reason="resource reuse needs livekit-agents 1.5.3+")
@@ -114,7 +111,8 @@ async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
     assert attrs[sc.OUTCOME] == "completed"
     assert attrs[sc.SEQUENCE] == 1
     assert attrs[sc.QUEUE_WAIT_DURATION] == 0 and attrs[sc.LOCK_WAIT_DURATION] == 0
-    assert child_names(instrumented, handoff) == [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
+    expected = [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
+    assert child_names(instrumented, handoff) == expected
     assert handoff.kind == trace.SpanKind.INTERNAL
 
     # same trace as LiveKit's own spans, parented where update_agent() was called,
@@ -252,7 +250,9 @@ async def test_on_enter_exception(instrumented: Spans) -> None:
 
 @needs_reuse
 @pytest.mark.parametrize(("mutable", "reused", "sessions"), [(True, True, 1), (False, False, 2)])
-async def test_realtime_session_reuse(instrumented: Spans, mutable: bool, reused: bool, sessions: int) -> None:
+async def test_realtime_session_reuse(
+    instrumented: Spans, mutable: bool, reused: bool, sessions: int
+) -> None:
     model = IdleRealtimeModel(mutable=mutable)
     async with running(Billing("You are A."), llm=model) as session:
         session.update_agent(Support("You are B."))

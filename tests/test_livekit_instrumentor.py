@@ -7,20 +7,16 @@ from typing import Any
 
 import pytest
 from conftest import Spans
+from livekit.agents import AgentSession
+from livekit.agents.voice import agent_activity, agent_session, generation
 from lk_agents import Billing, Support, Triage
 from opentelemetry import trace
 from wrapt import FunctionWrapper
 
 from otel_handoff import semconv as sc
-
-pytest.importorskip("livekit.agents")
-
-from livekit.agents import AgentSession  # noqa: E402
-from livekit.agents.voice import agent_activity, agent_session, generation  # noqa: E402
-
-from otel_handoff._offline import ScriptedLLM  # noqa: E402
-from otel_handoff.livekit import LiveKitHandoffInstrumentor  # noqa: E402
-from otel_handoff.livekit._handoff import Handoff  # noqa: E402
+from otel_handoff._offline import ScriptedLLM
+from otel_handoff.livekit import LiveKitHandoffInstrumentor
+from otel_handoff.livekit._handoff import Handoff
 
 PATCHED = [
     (agent_session.AgentSession, "__init__"),
@@ -47,13 +43,13 @@ def test_instrument_wraps_once_and_uninstrument_restores(provider: Any) -> None:
     instrumentor.instrument(tracer_provider=provider)
     instrumentor.instrument(tracer_provider=provider)  # idempotent
     try:
-        for (owner, name), original in zip(PATCHED, originals):
+        for (owner, name), original in zip(PATCHED, originals, strict=True):
             patched = current(owner, name)
             assert isinstance(patched, FunctionWrapper), name
             assert patched.__wrapped__ is original, f"{name} wrapped twice"
     finally:
         instrumentor.uninstrument()
-    for (owner, name), original in zip(PATCHED, originals):
+    for (owner, name), original in zip(PATCHED, originals, strict=True):
         assert current(owner, name) is original, name
     assert instrumentor.instrumentation_dependencies() == ("livekit-agents >= 1.2, < 2",)
 
