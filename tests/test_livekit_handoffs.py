@@ -90,7 +90,8 @@ def check_schema(span: ReadableSpan) -> dict[str, Any]:
 
 
 def child_names(spans: Spans, parent: ReadableSpan) -> list[str]:
-    return [s.name for s in spans.children(parent)]
+    """Children in start order; lock waits are left out (whether one happens varies by release)."""
+    return [s.name for s in spans.children(parent) if s.name != sc.SPAN_LOCK_WAIT]
 
 
 async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
@@ -126,8 +127,8 @@ async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
     assert not open_spans.ours()
 
 
-async def test_update_agent_from_code_keeps_caller_span(instrumented: Spans) -> None:
-    tracer = trace.get_tracer("app")
+async def test_update_agent_from_code_keeps_caller_span(instrumented: Spans, provider: Any) -> None:
+    tracer = provider.get_tracer("app")
     async with running(Triage()) as session:
         with tracer.start_as_current_span("caller") as caller:
             session.update_agent(Support())
@@ -276,7 +277,9 @@ async def test_stt_reuse(instrumented: Spans, shared: bool) -> None:
     assert check_schema(handoff)[sc.STT_REUSED] is shared
 
 
-async def test_session_close_during_handoff(instrumented: Spans, open_spans: Any) -> None:
+async def test_session_close_during_handoff(
+    instrumented: Spans, open_spans: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     exiting, release = asyncio.Event(), asyncio.Event()
     session = AgentSession(llm=ScriptedLLM())
     await session.start(agent=Triage(exit=gated(exiting, release)))
@@ -292,10 +295,13 @@ async def test_session_close_during_handoff(instrumented: Spans, open_spans: Any
     await closing
     await asyncio.gather(session._update_activity_atask, return_exceptions=True)
 
+    # livekit-agents 1.3+ skips starting the new activity (and says so); 1.2 still starts it
+    skipped = "session is closing, skipping" in caplog.text
+    assert skipped or livekit.__version__.startswith("1.2.")
     [handoff] = instrumented.handoffs()
     attrs = check_schema(handoff)
-    assert attrs[sc.OUTCOME] == "skipped"
-    assert sc.SPAN_START not in child_names(instrumented, handoff)
+    assert attrs[sc.OUTCOME] == ("skipped" if skipped else "completed")
+    assert (sc.SPAN_START in child_names(instrumented, handoff)) is not skipped
     assert not open_spans.ours()
 
 

@@ -67,9 +67,9 @@ async def test_no_spans_after_uninstrument(provider: Any, spans: Spans) -> None:
     assert isinstance(session.current_agent, Billing)
 
 
-async def _handoff_and_observe(tool_calls: list[str]) -> dict[str, Any]:
+async def _handoff_and_observe(tool_calls: list[str], provider: Any) -> dict[str, Any]:
     """What a host app can observe of a session: history, events, current spans, agent."""
-    tracer = trace.get_tracer("app")
+    tracer = provider.get_tracer("app")
     events: list[str] = []
     session = AgentSession(llm=ScriptedLLM(tool_calls=tool_calls))
     for name in ("agent_state_changed", "conversation_item_added", "function_tools_executed"):
@@ -94,11 +94,11 @@ async def _handoff_and_observe(tool_calls: list[str]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("tool_calls", [["transfer"], ["ask_email"]])
 async def test_host_app_sees_no_difference(provider: Any, spans: Spans, tool_calls: list[str]) -> None:
-    plain = await _handoff_and_observe(tool_calls)
+    plain = await _handoff_and_observe(tool_calls, provider)
     instrumentor = LiveKitHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        traced = await _handoff_and_observe(tool_calls)
+        traced = await _handoff_and_observe(tool_calls, provider)
     finally:
         instrumentor.uninstrument()
     assert traced == plain

@@ -28,6 +28,11 @@ CURRENT_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_c
 PENDING_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
 
 
+def agent_id(agent: Any) -> str:
+    """`Agent.id` (1.3+); releases without it identify agents by label only."""
+    return getattr(agent, "id", None) or agent.label
+
+
 @dataclass(frozen=True)
 class ToolCause:
     """The tool whose return value asked for a handoff."""
@@ -104,7 +109,7 @@ class Handoff:
         attributes[sc.TRIGGER] = trigger
         attributes[sc.SEQUENCE] = sequence
         attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = agent.label
-        attributes[sc.TO_AGENT_ID] = agent.id
+        attributes[sc.TO_AGENT_ID] = agent_id(agent)
         if tool is not None:
             attributes[sc.GEN_AI_TOOL_NAME] = tool.name
             attributes[sc.GEN_AI_TOOL_CALL_ID] = tool.call_id
@@ -160,7 +165,7 @@ class Handoff:
             if self._old_activity is not None:
                 return None
             self._old_activity = weakref.ref(activity)
-            self.from_agent = (activity.agent.label, activity.agent.id)
+            self.from_agent = (activity.agent.label, agent_id(activity.agent))
         self.started_phases.add(phase)
         mark = PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
         if reuse_resources is not None:
@@ -262,7 +267,7 @@ class Handoff:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""
         session = self._session()
         agent = getattr(getattr(session, "_activity", None), "agent", None)
-        return (agent.label, agent.id) if agent is not None else ("", "")
+        return (agent.label, agent_id(agent)) if agent is not None else ("", "")
 
     def _emit_child(
         self,

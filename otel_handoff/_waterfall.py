@@ -1,0 +1,206 @@
+"""A terminal waterfall of ``agent_handoff`` spans: where each handoff spent its time.
+
+One block per handoff: a header (sequence, from → to, trigger, total, outcome), one bar
+per phase child on a time axis shared by the handoff's spans, and the reuse flags. Pure
+text from finished spans, so the demo, tests and users' scripts can all print it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from . import semconv as sc
+
+__all__ = ["render_handoffs"]
+
+DEFAULT_WIDTH = 40
+_PREFIX = sc.SPAN_HANDOFF + "."
+_LABEL_WIDTH = 20
+_EIGHTHS = " ▏▎▍▌▋▊▉"  # index n: a cell filled n/8 from the left
+_FULL = "█"
+
+# order of phases that start at the same instant (an instant phase may have zero length)
+_PHASE_ORDER = {
+    name: rank
+    for rank, name in enumerate(
+        (
+            sc.SPAN_QUEUE_WAIT,
+            sc.SPAN_LOCK_WAIT,
+            sc.SPAN_DRAIN,
+            sc.SPAN_PAUSE,
+            sc.SPAN_CLOSE,
+            sc.SPAN_START,
+            sc.SPAN_RESUME,
+            sc.SPAN_ON_ENTER,
+        )
+    )
+}
+
+# ANSI colours per phase, used only when the caller asks for colour
+_RESET = "\x1b[0m"
+_DIM = "\x1b[2m"
+_BOLD = "\x1b[1m"
+_RED = "\x1b[31m"
+_COLOURS = {
+    sc.SPAN_QUEUE_WAIT: "\x1b[33m",
+    sc.SPAN_LOCK_WAIT: "\x1b[33m",
+    sc.SPAN_DRAIN: "\x1b[35m",
+    sc.SPAN_PAUSE: "\x1b[35m",
+    sc.SPAN_CLOSE: "\x1b[35m",
+    sc.SPAN_START: "\x1b[32m",
+    sc.SPAN_RESUME: "\x1b[32m",
+    sc.SPAN_ON_ENTER: "\x1b[36m",
+}
+
+
+def render_handoffs(spans: Iterable[ReadableSpan], *, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
+    """Render every finished ``agent_handoff`` span in ``spans`` with its phase children.
+
+    Other spans (the framework's own, for instance) are ignored, so the whole output of an
+    exporter can be passed. Handoffs are grouped by trace, in start order. ``color`` adds
+    ANSI colours; leave it off unless writing to a terminal that wants them.
+    """
+    finished = [s for s in spans if s.end_time is not None and s.start_time is not None]
+    handoffs = sorted((s for s in finished if s.name == sc.SPAN_HANDOFF), key=lambda s: s.start_time or 0)
+    if not handoffs:
+        return "no agent_handoff spans recorded\n"
+    children: dict[tuple[int, int], list[ReadableSpan]] = {}
+    for span in finished:
+        if span.parent is not None and span.name.startswith(_PREFIX):
+            children.setdefault((span.context.trace_id, span.parent.span_id), []).append(span)
+
+    by_trace: dict[int, list[ReadableSpan]] = {}
+    for handoff in handoffs:
+        by_trace.setdefault(handoff.context.trace_id, []).append(handoff)
+
+    style = _Style(color)
+    blocks: list[str] = []
+    for trace_id, group in by_trace.items():
+        noun = "handoff" if len(group) == 1 else "handoffs"
+        lines = [style.dim(f"trace {trace_id:032x} · {len(group)} {noun}")]
+        headers = [_header_fields(h) for h in group]
+        widths = [max(len(f[i]) for f in headers) for i in range(len(headers[0]))]
+        for handoff, fields in zip(group, headers, strict=True):
+            kids = children.get((trace_id, handoff.context.span_id), [])
+            lines.append("")
+            lines.extend(_render_one(handoff, kids, fields, widths, width, style))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+class _Style:
+    """ANSI styling that collapses to plain text when colour is off."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def wrap(self, code: str, text: str) -> str:
+        return f"{code}{text}{_RESET}" if self.enabled and code and text else text
+
+    def dim(self, text: str) -> str:
+        return self.wrap(_DIM, text)
+
+
+def _attr(span: ReadableSpan, key: str, default: Any = None) -> Any:
+    return (span.attributes or {}).get(key, default)
+
+
+def _ms(start_ns: int, end_ns: int) -> float:
+    return (end_ns - start_ns) / 1e6
+
+
+def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
+    """(sequence, from → to, trigger, total, outcome) as plain strings, for alignment."""
+    sequence = _attr(handoff, sc.SEQUENCE)
+    from_agent = _attr(handoff, sc.GEN_AI_HANDOFF_FROM_AGENT) or "(none)"
+    to_agent = _attr(handoff, sc.GEN_AI_HANDOFF_TO_AGENT) or "(none)"
+    trigger = str(_attr(handoff, sc.TRIGGER, "?"))
+    tool = _attr(handoff, sc.GEN_AI_TOOL_NAME)
+    if tool:
+        trigger = f"{trigger}:{tool}"
+    total = _ms(handoff.start_time or 0, handoff.end_time or 0)
+    outcome = str(_attr(handoff, sc.OUTCOME, "?"))
+    if handoff.status.status_code is StatusCode.ERROR and handoff.status.description:
+        outcome = f"{outcome}: {handoff.status.description}"
+    return (
+        f"#{sequence}" if sequence is not None else "#?",
+        f"{from_agent} → {to_agent}",
+        trigger,
+        f"{total:.2f} ms",
+        outcome,
+    )
+
+
+def _render_one(
+    handoff: ReadableSpan,
+    kids: Sequence[ReadableSpan],
+    fields: tuple[str, str, str, str, str],
+    widths: Sequence[int],
+    width: int,
+    style: _Style,
+) -> list[str]:
+    sequence, agents, trigger, total, outcome = fields
+    failed = _attr(handoff, sc.OUTCOME) == sc.OUTCOME_ERROR
+    header = "  ".join(
+        (
+            style.wrap(_BOLD, sequence.ljust(widths[0])),
+            style.wrap(_BOLD, agents.ljust(widths[1])),
+            trigger.ljust(widths[2]),
+            total.rjust(widths[3]),
+            style.wrap(_RED if failed else "", outcome),
+        )
+    )
+    lines = [header]
+
+    t0 = handoff.start_time or 0
+    t1 = max([handoff.end_time or t0, *(k.end_time or t0 for k in kids)])
+    scale = max(t1 - t0, 1)
+    indent = " " * (widths[0] + 2)
+    ordered = sorted(kids, key=lambda k: (k.start_time or 0, _PHASE_ORDER.get(k.name, 99)))
+    for kid in ordered:
+        label = kid.name.removeprefix(_PREFIX)
+        lock = _attr(kid, sc.LOCK)
+        if lock:
+            label = f"{label} ({lock})"
+        start = ((kid.start_time or t0) - t0) / scale
+        end = ((kid.end_time or t0) - t0) / scale
+        bar = style.wrap(_COLOURS.get(kid.name, ""), _bar(start, end, width))
+        ms = _ms(kid.start_time or 0, kid.end_time or 0)
+        mark = style.wrap(_RED, " !") if kid.status.status_code is StatusCode.ERROR else ""
+        lines.append(f"{indent}{label:<{_LABEL_WIDTH}} │{bar}│ {ms:8.2f} ms{mark}")
+    if ordered:
+        axis_end = f"{scale / 1e6:.2f} ms"
+        axis = "0".ljust(width - len(axis_end) + 2) + axis_end
+        lines.append(style.dim(f"{indent}{'':<{_LABEL_WIDTH}} {axis}"))
+
+    lines.append(f"{indent}{_reuse_line(handoff)}")
+    return lines
+
+
+def _bar(start: float, end: float, width: int) -> str:
+    """A ``width``-cell track with a block from ``start`` to ``end`` (fractions of the axis).
+
+    Cells are whole on the left and in eighths on the right; a phase too short to see
+    still gets a sliver so it is never silently missing.
+    """
+    first = min(int(start * width), width - 1)
+    end_eighths = round(end * width * 8)
+    end_eighths = min(max(end_eighths, first * 8 + 1), width * 8)
+    full, part = divmod(end_eighths - first * 8, 8)
+    body = _FULL * full + (_EIGHTHS[part] if part else "")
+    return (" " * first + body).ljust(width)
+
+
+def _reuse_line(handoff: ReadableSpan) -> str:
+    def flag(key: str) -> str:
+        value = _attr(handoff, key)
+        return "?" if value is None else ("yes" if value else "no")
+
+    return (
+        f"reused: stt {flag(sc.STT_REUSED)} · realtime session {flag(sc.REALTIME_SESSION_REUSED)}"
+        f" · turn detector {flag(sc.TURN_DETECTOR_REUSED)}"
+    )
