@@ -50,6 +50,30 @@ OUTCOME = "agent_handoff.outcome"
 SEQUENCE = "agent_handoff.sequence"
 LOCK = "agent_handoff.lock"
 
+# --- metrics -------------------------------------------------------------------------
+METRIC_DURATION = "agent_handoff.duration"
+METRIC_PHASE_DURATION = "agent_handoff.phase.duration"
+METRIC_COUNT = "agent_handoff.count"
+PHASE = "agent_handoff.phase"
+# about 1 ms to 30 s: an offline handoff is ~1 ms, a realtime reconnect can take seconds
+DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+# span attributes that are also metric attributes: bounded cardinality, nothing per call
+METRIC_ATTRIBUTES = (
+    GEN_AI_HANDOFF_FROM_AGENT,
+    GEN_AI_HANDOFF_TO_AGENT,
+    FRAMEWORK,
+    TRIGGER,
+    OUTCOME,
+    STT_REUSED,
+    REALTIME_SESSION_REUSED,
+    TURN_DETECTOR_REUSED,
+)
+PHASE_METRIC_ATTRIBUTES = (GEN_AI_HANDOFF_FROM_AGENT, GEN_AI_HANDOFF_TO_AGENT, FRAMEWORK)
+
+PHASE_QUEUE_WAIT = "queue_wait"
+PHASE_LOCK_WAIT = "lock_wait"
+PHASE_ON_ENTER = "on_enter"
+
 # --- values ----------------------------------------------------------------------------
 FRAMEWORK_LIVEKIT = "livekit-agents"
 

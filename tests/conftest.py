@@ -6,12 +6,19 @@ from collections.abc import Iterator
 
 import pytest
 from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import Counter, Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_handoff import semconv as sc
 
+# delta temporality: each read returns only what was recorded since the previous one
+METRIC_READER = InMemoryMetricReader(
+    preferred_temporality={Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA}
+)
+METER_PROVIDER = MeterProvider(metric_readers=[METRIC_READER])
 EXPORTER = InMemorySpanExporter()
 PROVIDER = TracerProvider()
 PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
@@ -73,9 +80,16 @@ def instrumented(provider: TracerProvider, spans: Spans) -> Iterator[Spans]:
     from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
     instrumentor = LiveKitHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=provider, meter_provider=METER_PROVIDER)
+    METRIC_READER.get_metrics_data()  # collect (and so reset) what earlier tests recorded
     yield spans
     instrumentor.uninstrument()
+
+
+@pytest.fixture
+def metric_reader() -> InMemoryMetricReader:
+    """Reads what the `instrumented` fixture's meter provider recorded (delta since last read)."""
+    return METRIC_READER
 
 
 class OpenSpans(SpanProcessor):

@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from .. import semconv as sc
+from .._metrics import HandoffMetrics
 from ..version import __version__
 from . import _features, _wrappers
 from .package import _instruments
@@ -81,6 +82,7 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
         )
         telemetry = _wrappers.Telemetry(
             tracer=tracer,
+            metrics=HandoffMetrics(kwargs.get("meter_provider"), __name__),
             features=features,
             static_attributes={
                 sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,

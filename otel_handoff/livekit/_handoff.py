@@ -59,6 +59,7 @@ class Handoff:
         "_phase_ns",
         "_session",
         "_to_agent",
+        "attributes",
         "ended",
         "from_agent",
         "lock_wait_ns",
@@ -118,6 +119,7 @@ class Handoff:
             if tool is not None and tool.span_context is not None and tool.span_context.is_valid
             else None
         )
+        self.attributes = attributes  # kept for the metrics recorded at the end
         self.span = telemetry.tracer.start_span(
             sc.SPAN_HANDOFF,
             context=parent,
@@ -202,13 +204,9 @@ class Handoff:
             raise
         finally:
             end_ns = time.time_ns()
-            self._emit_child(
-                sc.SPAN_ON_ENTER,
-                start_ns,
-                end_ns,
-                {sc.ON_ENTER_DURATION: (end_ns - start_ns) / 1e9},
-                error=error,
-            )
+            seconds = (end_ns - start_ns) / 1e9
+            self._emit_child(sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error=error)
+            self.telemetry.metrics.record_phase(sc.PHASE_ON_ENTER, seconds, self.attributes)
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -262,6 +260,18 @@ class Handoff:
         attributes[sc.PHASES[entering][1]] = phases.get(entering, 0) / 1e9
         self.span.set_attributes(attributes)
         self.span.end()
+        self.attributes.update(attributes)
+        self._record_metrics()
+
+    def _record_metrics(self) -> None:
+        metrics, attributes = self.telemetry.metrics, self.attributes
+        metrics.record_handoff(attributes[sc.DURATION], attributes)
+        if self.queued:
+            metrics.record_phase(sc.PHASE_QUEUE_WAIT, self.queue_wait_ns / 1e9, attributes)
+        if self.lock_wait_ns:
+            metrics.record_phase(sc.PHASE_LOCK_WAIT, self.lock_wait_ns / 1e9, attributes)
+        for phase, nanoseconds in self._phase_ns.items():
+            metrics.record_phase(phase, nanoseconds / 1e9, attributes)
 
     def _current_agent(self) -> tuple[str, str]:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""

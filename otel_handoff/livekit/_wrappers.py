@@ -18,6 +18,7 @@ from opentelemetry import trace
 
 from .. import semconv as sc
 from .._faults import guard
+from .._metrics import HandoffMetrics
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, Handoff, ToolCause
 
@@ -29,6 +30,7 @@ class Telemetry:
     """What every wrapper needs, built once at ``instrument()``."""
 
     tracer: trace.Tracer
+    metrics: HandoffMetrics
     features: LiveKitFeatures
     static_attributes: dict[str, Any]
     sequences: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)

@@ -2,4 +2,4 @@
 
 _instruments = ("livekit-agents >= 1.2, < 2",)
 
-_supports_metrics = False
+_supports_metrics = True

@@ -1,0 +1,52 @@
+"""Handoff metrics, shared by every framework's instrumentor.
+
+Spans answer "what happened in this call"; these answer "how are handoffs doing across
+calls". Attributes are a bounded subset of the span's (agent labels, trigger, outcome,
+reuse flags): never ids or anything per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import metrics
+
+from . import semconv as sc
+from .version import __version__
+
+
+class HandoffMetrics:
+    """The three instruments, created once per ``instrument()``."""
+
+    def __init__(self, meter_provider: metrics.MeterProvider | None, scope: str) -> None:
+        meter = metrics.get_meter(scope, __version__, meter_provider)
+        self._duration = meter.create_histogram(
+            sc.METRIC_DURATION,
+            unit="s",
+            description="Handoff time: leaving the old agent plus starting the new one, no waits.",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._phase = meter.create_histogram(
+            sc.METRIC_PHASE_DURATION,
+            unit="s",
+            description="Time of one phase of a handoff (queue and lock waits, drain, start, on_enter...).",
+            explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
+        )
+        self._count = meter.create_counter(
+            sc.METRIC_COUNT, unit="{handoff}", description="Handoffs, by outcome."
+        )
+
+    def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any]) -> None:
+        attributes = _pick(span_attributes, sc.METRIC_ATTRIBUTES)
+        self._duration.record(seconds, attributes)
+        self._count.add(1, attributes)
+
+    def record_phase(self, phase: str, seconds: float, span_attributes: Mapping[str, Any]) -> None:
+        attributes = _pick(span_attributes, sc.PHASE_METRIC_ATTRIBUTES)
+        attributes[sc.PHASE] = phase
+        self._phase.record(seconds, attributes)
+
+
+def _pick(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: attributes[key] for key in keys if key in attributes}

@@ -1,0 +1,70 @@
+"""Handoff metrics after real offline handoffs, read back with an in-memory metric reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from conftest import Spans
+from livekit.agents import AgentSession
+from lk_agents import Billing, Support, Triage, slow
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_handoff import semconv as sc
+from otel_handoff._offline import ScriptedLLM
+from otel_handoff.livekit._features import detect
+
+
+def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics if data else []:
+        for scope_metrics in resource_metrics.scope_metrics:
+            if scope_metrics.scope.name != "otel_handoff.livekit":
+                continue
+            for metric in scope_metrics.metrics:
+                found[metric.name] = (metric, list(metric.data.data_points))
+    return found
+
+
+async def test_metrics_after_real_handoffs(instrumented: Spans, metric_reader: InMemoryMetricReader) -> None:
+    session = AgentSession(llm=ScriptedLLM(tool_calls=["transfer"]))
+    await session.start(agent=Triage(exit=slow(0.01)))
+    await session.run(user_input="billing please")  # tool: triage -> billing
+    session.update_agent(Support())  # api: billing -> support
+    session.update_agent(Billing())  # api: support -> billing, queued behind the previous one
+    await session._update_activity_atask
+    await session._activity._on_enter_task
+    await session.aclose()
+
+    metrics = points(metric_reader)
+    duration, duration_points = metrics[sc.METRIC_DURATION]
+    assert duration.unit == "s"
+    assert list(duration_points[0].explicit_bounds) == list(sc.DURATION_BUCKETS)
+    by_pair = {
+        (p.attributes[sc.GEN_AI_HANDOFF_FROM_AGENT], p.attributes[sc.GEN_AI_HANDOFF_TO_AGENT]): p
+        for p in duration_points
+    }
+    triage, billing, support = Triage().label, Billing().label, Support().label
+    assert set(by_pair) == {(triage, billing), (billing, support), (support, billing)}
+    assert by_pair[(triage, billing)].attributes[sc.TRIGGER] == "tool"
+    assert by_pair[(triage, billing)].sum >= 0.01  # the slow on_exit is in the drain
+    assert all(p.count == 1 for p in duration_points)
+
+    _, count_points = metrics[sc.METRIC_COUNT]
+    assert sum(p.value for p in count_points) == 3
+    assert {p.attributes[sc.OUTCOME] for p in count_points} == {"completed"}
+
+    phase, phase_points = metrics[sc.METRIC_PHASE_DURATION]
+    assert phase.unit == "s"
+    phases = {}
+    for p in phase_points:
+        phases[p.attributes[sc.PHASE]] = phases.get(p.attributes[sc.PHASE], 0) + p.count
+    assert phases["drain"] == phases["close"] == phases["start"] == phases["on_enter"] == 3
+    if detect().queue_wait:
+        assert phases["queue_wait"] == 1
+
+    # bounded cardinality: no ids, sequence numbers or tool call ids in any metric attribute
+    allowed = set(sc.METRIC_ATTRIBUTES) | {sc.PHASE}
+    for _, data_points in metrics.values():
+        for p in data_points:
+            assert set(p.attributes) <= allowed, set(p.attributes) - allowed
