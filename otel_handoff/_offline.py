@@ -116,9 +116,19 @@ class ScriptedLLM(llm.LLM):
 
 
 class SilentRecognizeStream(stt.RecognizeStream):
-    """Consumes audio and never recognises anything."""
+    """Consumes audio and never recognises anything, after a simulated connection."""
+
+    def __init__(self, *, stt: SilentSTT, conn_options: APIConnectOptions, connect_delay: float) -> None:
+        super().__init__(stt=stt, conn_options=conn_options)
+        self._connect_delay = connect_delay
 
     async def _run(self) -> None:
+        if self._connect_delay > 0:
+            started = time.perf_counter()
+            await asyncio.sleep(self._connect_delay)  # simulated connection time
+            report = getattr(self, "_report_connection_acquired", None)  # livekit-agents 1.5.17+
+            if report is not None:
+                report(time.perf_counter() - started, False)
         async for _ in self._input_ch:
             pass
 
@@ -128,11 +138,13 @@ class SilentSTT(stt.STT):
 
     ``streams`` counts the recognition streams opened; after handoffs between agents that
     share this instance it stays at 1 when the pipeline was reused (livekit-agents ≥ 1.5.3).
+    Each stream "connects" for ``connect_delay`` seconds and reports it as ``acquire_time``.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, connect_delay: float = 0.0) -> None:
         super().__init__(capabilities=stt.STTCapabilities(streaming=True, interim_results=False))
         self.streams = 0
+        self.connect_delay = connect_delay
 
     async def _recognize_impl(self, buffer: Any, *, language: Any = NOT_GIVEN, **kwargs: Any) -> Any:
         raise NotImplementedError("SilentSTT only streams")
@@ -145,32 +157,47 @@ class SilentSTT(stt.STT):
         **kwargs: Any,
     ) -> SilentRecognizeStream:
         self.streams += 1
-        return SilentRecognizeStream(stt=self, conn_options=conn_options)
+        return SilentRecognizeStream(stt=self, conn_options=conn_options, connect_delay=self.connect_delay)
 
 
 class IdleRealtimeSession(llm.RealtimeSession):
     """A realtime session that keeps its state locally and never generates.
 
-    ``update_instructions`` / ``update_chat_ctx`` / ``update_tools`` first wait until the
-    simulated connection is up (``connect_delay`` after creation), then ``update_delay``,
-    so a fresh session costs more to start than a reused one, as with a real provider.
+    Like a provider's session it connects in the background on creation (``connect_delay``),
+    reporting the connection time through the framework's own ``acquire_time`` metric where
+    the release has it; ``update_instructions`` / ``update_chat_ctx`` / ``update_tools`` wait
+    for that connection, then ``update_delay``, and raise the model's ``update_errors[kind]``
+    if one is scripted (e.g. ``RealtimeError("update_chat_ctx timed out")``).
     """
 
     def __init__(self, model: IdleRealtimeModel) -> None:
         super().__init__(model)
         self._idle_model = model
-        self._connected_at = time.monotonic() + model.connect_delay
+        self._connected = asyncio.Event()
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect())
         self._chat_ctx = llm.ChatContext.empty()
         self._tools = llm.ToolContext.empty()
         self.updates = 0
         """Number of ``update_*`` calls received."""
         self.closed = False
 
-    async def _simulate_round_trip(self) -> None:
+    async def _connect(self) -> None:
+        started = time.perf_counter()
+        if self._idle_model.connect_delay > 0:
+            await asyncio.sleep(self._idle_model.connect_delay)  # simulated connection time
+        self._connected.set()
+        report = getattr(self, "_report_connection_acquired", None)  # livekit-agents 1.5.17+
+        if report is not None and self._idle_model.connect_delay > 0:
+            report(time.perf_counter() - started)
+
+    async def _simulate_round_trip(self, kind: str) -> None:
         self.updates += 1
-        delay = max(0.0, self._connected_at - time.monotonic()) + self._idle_model.update_delay
-        if delay > 0:
-            await asyncio.sleep(delay)  # simulated network latency, not synchronisation
+        await self._connected.wait()
+        if self._idle_model.update_delay > 0:
+            await asyncio.sleep(self._idle_model.update_delay)  # simulated network latency
+        error = self._idle_model.update_errors.get(kind)
+        if error is not None:
+            raise error
 
     @property
     def chat_ctx(self) -> llm.ChatContext:
@@ -181,14 +208,14 @@ class IdleRealtimeSession(llm.RealtimeSession):
         return self._tools.copy()
 
     async def update_instructions(self, instructions: Any) -> None:
-        await self._simulate_round_trip()
+        await self._simulate_round_trip("instructions")
 
     async def update_chat_ctx(self, chat_ctx: llm.ChatContext) -> None:
-        await self._simulate_round_trip()
+        await self._simulate_round_trip("chat_ctx")
         self._chat_ctx = chat_ctx.copy()
 
     async def update_tools(self, tools: list[Any]) -> None:
-        await self._simulate_round_trip()
+        await self._simulate_round_trip("tools")
         self._tools = llm.ToolContext(tools)
 
     def update_options(self, *, tool_choice: Any = NOT_GIVEN, **kwargs: Any) -> None:
@@ -219,6 +246,7 @@ class IdleRealtimeSession(llm.RealtimeSession):
 
     async def aclose(self) -> None:
         self.closed = True
+        self._connect_task.cancel()
 
 
 class IdleRealtimeModel(llm.RealtimeModel):
@@ -232,7 +260,12 @@ class IdleRealtimeModel(llm.RealtimeModel):
     """
 
     def __init__(
-        self, *, mutable: bool = True, update_delay: float = 0.0, connect_delay: float = 0.0
+        self,
+        *,
+        mutable: bool = True,
+        update_delay: float = 0.0,
+        connect_delay: float = 0.0,
+        update_errors: dict[str, BaseException] | None = None,
     ) -> None:
         wanted: dict[str, bool] = {
             "message_truncation": False,
@@ -253,6 +286,7 @@ class IdleRealtimeModel(llm.RealtimeModel):
         self.mutable = mutable
         self.update_delay = update_delay
         self.connect_delay = connect_delay
+        self.update_errors = dict(update_errors or {})
         self.sessions: list[IdleRealtimeSession] = []
 
     @property

@@ -16,6 +16,9 @@ SPAN_CLOSE = "agent_handoff.close"
 SPAN_START = "agent_handoff.start"
 SPAN_RESUME = "agent_handoff.resume"
 SPAN_ON_ENTER = "agent_handoff.on_enter"
+SPAN_REALTIME_UPDATE = "agent_handoff.realtime_update"
+SPAN_RECONNECT = "agent_handoff.reconnect"
+SPAN_FIRST_SPEECH = "agent_handoff.first_speech"
 
 # --- attributes borrowed from the GenAI semantic conventions ---------------------------
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
@@ -23,6 +26,7 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_HANDOFF_FROM_AGENT = "gen_ai.handoff.from_agent"
 GEN_AI_HANDOFF_TO_AGENT = "gen_ai.handoff.to_agent"
+ERROR_TYPE = "error.type"
 
 OPERATION_HANDOFF = "agent_handoff"
 
@@ -49,6 +53,14 @@ DURATION = "agent_handoff.duration"
 OUTCOME = "agent_handoff.outcome"
 SEQUENCE = "agent_handoff.sequence"
 LOCK = "agent_handoff.lock"
+STT_REUSE_BLOCKED_BY = "agent_handoff.stt.reuse_blocked_by"
+REALTIME_REUSE_BLOCKED_BY = "agent_handoff.realtime_session.reuse_blocked_by"
+REALTIME_UPDATE_KIND = "agent_handoff.realtime_update.kind"
+REALTIME_UPDATE_DURATION = "agent_handoff.realtime_update.duration"
+RECONNECT_RESOURCE = "agent_handoff.reconnect.resource"
+RECONNECT_DURATION = "agent_handoff.reconnect.duration"
+FIRST_SPEECH_DELAY = "agent_handoff.first_speech.delay"
+REJECTION_REASON = "agent_handoff.rejection_reason"
 
 # --- metrics -------------------------------------------------------------------------
 METRIC_DURATION = "agent_handoff.duration"
@@ -80,10 +92,42 @@ FRAMEWORK_LIVEKIT = "livekit-agents"
 TRIGGER_TOOL = "tool"
 TRIGGER_API = "api"
 TRIGGER_TASK = "task"
+TRIGGER_DEFERRED_TOOL = "deferred_tool"
 
 OUTCOME_COMPLETED = "completed"
 OUTCOME_ERROR = "error"
 OUTCOME_SKIPPED = "skipped"
+OUTCOME_REJECTED = "rejected"
+
+# why a resource was not handed to the new agent: the framework's own conditions
+BLOCKED_RELEASE = "framework_version"  # this livekit-agents release cannot reuse (< 1.5.3)
+BLOCKED_DETACH_FAILED = "detach_failed"
+BLOCKED_NO_AUDIO_INPUT = "no_audio_input"
+BLOCKED_NO_STT = "no_stt"
+BLOCKED_STT_INSTANCE = "stt_instance"
+BLOCKED_STT_NODE = "stt_node"
+BLOCKED_NO_REALTIME_SESSION = "no_realtime_session"
+BLOCKED_MODEL = "model"
+BLOCKED_CHAT_CTX = "chat_ctx"
+BLOCKED_INSTRUCTIONS = "instructions"
+BLOCKED_TOOLS = "tools"
+BLOCKED_TURN_DETECTION = "turn_detection"
+
+REALTIME_UPDATE_INSTRUCTIONS = "instructions"
+REALTIME_UPDATE_CHAT_CTX = "chat_ctx"
+REALTIME_UPDATE_TOOLS = "tools"
+REALTIME_UPDATE_SESSION = "session"
+# RealtimeSession method -> agent_handoff.realtime_update.kind
+REALTIME_UPDATE_METHODS = {
+    "update_instructions": REALTIME_UPDATE_INSTRUCTIONS,
+    "update_chat_ctx": REALTIME_UPDATE_CHAT_CTX,
+    "update_tools": REALTIME_UPDATE_TOOLS,
+    "update_options": REALTIME_UPDATE_SESSION,
+}
+RESOURCE_REALTIME_SESSION = "realtime_session"
+RESOURCE_STT = "stt"
+PHASE_FIRST_SPEECH = "first_speech"
+PHASE_RECONNECT = "reconnect"
 
 LOCK_SESSION = "session"
 LOCK_ACTIVITY = "activity"

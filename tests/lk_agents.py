@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from livekit.agents import Agent, AgentTask, function_tool
+from livekit.agents import Agent, AgentTask, RunContext, function_tool
 
 Hook = Callable[[Agent], Awaitable[None]] | None
 
@@ -100,3 +100,31 @@ def failing(error: BaseException) -> Callable[[Agent], Awaitable[None]]:
         raise error
 
     return hook
+
+
+@function_tool
+async def lookup_order(order_id: str) -> str:
+    """Look up an order."""
+    return "found"
+
+
+class WithTools(HookedAgent):
+    """Same instructions as its peers, one extra tool: reuse can only be blocked by tools."""
+
+    def __init__(self, instructions: str = "You help the caller.", **kwargs: Any) -> None:
+        super().__init__(instructions, tools=[lookup_order], **kwargs)
+
+
+class CustomSTTNode(HookedAgent):
+    """Overrides stt_node, which keeps livekit-agents from handing the STT pipeline over."""
+
+    async def stt_node(self, audio: Any, model_settings: Any) -> Any:
+        async for event in Agent.default.stt_node(self, audio, model_settings):
+            yield event
+
+
+@function_tool
+async def transfer_after_update(ctx: RunContext) -> Agent:
+    """Check the account, then transfer to billing."""
+    await ctx.update("checking your account")
+    return Billing()

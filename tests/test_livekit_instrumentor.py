@@ -7,16 +7,19 @@ from typing import Any
 
 import pytest
 from conftest import Spans
-from livekit.agents import AgentSession
-from livekit.agents.voice import agent_activity, agent_session, generation
+from livekit.agents import AgentSession, llm, stt
+from livekit.agents.voice import agent_activity, agent_session, events, generation
 from lk_agents import Billing, Support, Triage
 from opentelemetry import trace
 from wrapt import FunctionWrapper
 
 from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff._offline import IdleRealtimeModel, IdleRealtimeSession, ScriptedLLM
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
+from otel_handoff.livekit._features import detect
 from otel_handoff.livekit._handoff import Handoff
+
+FEATURES = detect()
 
 PATCHED = [
     (agent_session.AgentSession, "__init__"),
@@ -30,7 +33,17 @@ PATCHED = [
     (agent_activity.AgentActivity, "resume"),
     (agent_activity.AgentActivity, "_create_speech_task"),
     (generation, "make_tool_output"),
+    (agent_session.AgentSession, "_update_agent_state"),
 ]
+if FEATURES.reuse:
+    PATCHED.append((agent_activity.AgentActivity, "_detach_reusable_resources"))
+if FEATURES.connection_metrics:
+    PATCHED += [
+        (llm.RealtimeSession, "_report_connection_acquired"),
+        (stt.RecognizeStream, "_report_connection_acquired"),
+    ]
+if FEATURES.tool_handoff_after_update:
+    PATCHED.append((events.RunContext, "_make_update_output"))
 
 
 def current(owner: Any, name: str) -> Any:
@@ -65,6 +78,25 @@ async def test_no_spans_after_uninstrument(provider: Any, spans: Spans) -> None:
     await session.aclose()
     assert not spans.handoffs()
     assert isinstance(session.current_agent, Billing)
+
+
+async def test_realtime_session_classes_patched_on_first_sight_are_restored(provider: Any) -> None:
+    if not FEATURES.reuse:
+        pytest.skip("no realtime session reuse before livekit-agents 1.5.3")
+    originals = {name: IdleRealtimeSession.__dict__[name] for name in ("update_chat_ctx", "update_options")}
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        session = AgentSession(llm=IdleRealtimeModel(mutable=True))
+        await session.start(agent=Billing())
+        session.update_agent(Support())
+        await session._update_activity_atask
+        await session.aclose()
+        assert isinstance(IdleRealtimeSession.__dict__["update_chat_ctx"], FunctionWrapper)
+    finally:
+        instrumentor.uninstrument()
+    for name, original in originals.items():
+        assert IdleRealtimeSession.__dict__[name] is original, name
 
 
 async def _handoff_and_observe(tool_calls: list[str], provider: Any) -> dict[str, Any]:

@@ -34,40 +34,67 @@ _LOG = logging.getLogger(__name__)
 _SESSION_MODULE = "livekit.agents.voice.agent_session"
 _ACTIVITY_MODULE = "livekit.agents.voice.agent_activity"
 _GENERATION_MODULE = "livekit.agents.voice.generation"
+_EVENTS_MODULE = "livekit.agents.voice.events"
+_REALTIME_MODULE = "livekit.agents.llm.realtime"
+_STT_MODULE = "livekit.agents.stt.stt"
 
 __all__ = ["LiveKitHandoffInstrumentor"]
 
 
 def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
-    """(module, "Class.method", wrapper) for everything this instrumentor patches."""
-    with_telemetry = functools.partial
-    return [
+    """(module, "Class.method", wrapper) for everything this release lets us patch."""
+    features = telemetry.features
+
+    def bound(wrapper: Any) -> Any:
+        return functools.partial(wrapper, telemetry)
+
+    points = [
         (_SESSION_MODULE, "AgentSession.__init__", _wrappers.wrap_session_init),
-        (
-            _SESSION_MODULE,
-            "AgentSession.update_agent",
-            with_telemetry(_wrappers.wrap_update_agent, telemetry),
-        ),
-        (
-            _SESSION_MODULE,
-            "AgentSession._update_activity",
-            with_telemetry(_wrappers.wrap_update_activity, telemetry),
-        ),
+        (_SESSION_MODULE, "AgentSession.update_agent", bound(_wrappers.wrap_update_agent)),
+        (_SESSION_MODULE, "AgentSession._update_activity", bound(_wrappers.wrap_update_activity)),
+        (_SESSION_MODULE, "AgentSession._update_agent_state", bound(_wrappers.wrap_update_agent_state)),
         (_ACTIVITY_MODULE, "AgentActivity.__init__", _wrappers.wrap_activity_init),
-        (_ACTIVITY_MODULE, "AgentActivity.drain", _wrappers.wrap_drain),
-        (_ACTIVITY_MODULE, "AgentActivity.pause", _wrappers.wrap_pause),
-        (_ACTIVITY_MODULE, "AgentActivity.aclose", _wrappers.wrap_aclose),
-        (_ACTIVITY_MODULE, "AgentActivity.start", _wrappers.wrap_start),
-        (_ACTIVITY_MODULE, "AgentActivity.resume", _wrappers.wrap_resume),
+        (_ACTIVITY_MODULE, "AgentActivity.drain", bound(_wrappers.wrap_drain)),
+        (_ACTIVITY_MODULE, "AgentActivity.pause", bound(_wrappers.wrap_pause)),
+        (_ACTIVITY_MODULE, "AgentActivity.aclose", bound(_wrappers.wrap_aclose)),
+        (_ACTIVITY_MODULE, "AgentActivity.start", bound(_wrappers.wrap_start)),
+        (_ACTIVITY_MODULE, "AgentActivity.resume", bound(_wrappers.wrap_resume)),
         (_ACTIVITY_MODULE, "AgentActivity._create_speech_task", _wrappers.wrap_create_speech_task),
-        (_GENERATION_MODULE, "make_tool_output", with_telemetry(_wrappers.wrap_make_tool_output, telemetry)),
+        (_GENERATION_MODULE, "make_tool_output", bound(_wrappers.wrap_make_tool_output)),
     ]
+    if features.reuse:
+        points.append(
+            (
+                _ACTIVITY_MODULE,
+                "AgentActivity._detach_reusable_resources",
+                bound(_wrappers.wrap_detach_reusable_resources),
+            )
+        )
+    if features.connection_metrics:
+        points += [
+            (
+                _REALTIME_MODULE,
+                "RealtimeSession._report_connection_acquired",
+                bound(_wrappers.wrap_realtime_connection_acquired),
+            ),
+            (
+                _STT_MODULE,
+                "RecognizeStream._report_connection_acquired",
+                bound(_wrappers.wrap_stt_connection_acquired),
+            ),
+        ]
+    if features.tool_handoff_after_update is not None:
+        points.append(
+            (_EVENTS_MODULE, "RunContext._make_update_output", bound(_wrappers.wrap_make_update_output))
+        )
+    return points
 
 
 class LiveKitHandoffInstrumentor(BaseInstrumentor):
     """Traces LiveKit Agents handoffs (livekit-agents 1.2 to 1.8)."""
 
     _wrapped: tuple[tuple[str, str], ...] = ()
+    _telemetry: _wrappers.Telemetry | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -95,6 +122,7 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             wrap_function_wrapper(module, name, wrapper)
             wrapped.append((module, name))
         type(self)._wrapped = tuple(wrapped)
+        type(self)._telemetry = telemetry
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import importlib
@@ -104,3 +132,7 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             target = importlib.import_module(module)
             unwrap(getattr(target, owner) if owner else target, attr)
         type(self)._wrapped = ()
+        if type(self)._telemetry is not None:
+            for cls, method in type(self)._telemetry.lazily_wrapped:
+                unwrap(cls, method)
+            type(self)._telemetry = None

@@ -26,6 +26,13 @@ class LiveKitFeatures:
     turn_detector_reuse: bool
     # `voice/tool_executor.py` (1.6.0+)
     tool_executor: bool
+    # how `_detach_reusable_resources` decides (read from its source, it changed in 1.5.x/1.6.x)
+    stt_reuse_needs_default_node: bool = True
+    realtime_reuse_checks_turn_detection: bool = True
+    # `RealtimeSession/RecognizeStream._report_connection_acquired` (acquire_time metrics)
+    connection_metrics: bool = False
+    # what a tool returning an Agent after `ctx.update()` gets: "rejected", "deferred" or None
+    tool_handoff_after_update: str | None = None
 
 
 def _has_param(func: Any, name: str) -> bool:
@@ -33,6 +40,27 @@ def _has_param(func: Any, name: str) -> bool:
         return name in inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
+
+
+def _source(func: Any) -> str:
+    try:
+        return inspect.getsource(func)
+    except (OSError, TypeError):
+        return ""
+
+
+def _tool_handoff_after_update() -> str | None:
+    """Does the tool executor reject or defer a handoff returned after `ctx.update()`?"""
+    try:
+        from livekit.agents.voice import tool_executor
+    except ImportError:
+        return None
+    source = _source(tool_executor)
+    if "_deferred_agent_handoff" in source:
+        return "deferred"
+    if "agent handoff after a progress update is not supported" in source:
+        return "rejected"
+    return None
 
 
 def detect() -> LiveKitFeatures:
@@ -54,19 +82,28 @@ def detect() -> LiveKitFeatures:
         has_tool_executor = True
     except ImportError:
         has_tool_executor = False
+    from livekit.agents import llm, stt
 
+    detach_source = _source(getattr(activity_cls, "_detach_reusable_resources", None))
     features = LiveKitFeatures(
         version=__version__,
         queue_wait=_has_param(session_cls._update_activity_task, "old_task"),
         reuse=_has_param(activity_cls.start, "reuse_resources") and "stt_pipeline" in reusable_fields,
         turn_detector_reuse="turn_detector_stream" in reusable_fields,
         tool_executor=has_tool_executor,
+        stt_reuse_needs_default_node="is Agent.stt_node" in detach_source or not detach_source,
+        realtime_reuse_checks_turn_detection="_rt_turn_detection_enabled" in detach_source
+        or not detach_source,
+        connection_metrics=hasattr(llm.RealtimeSession, "_report_connection_acquired")
+        and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
+        tool_handoff_after_update=_tool_handoff_after_update(),
     )
     for flag, what in (
         ("queue_wait", "queue wait (no earlier-handoff await in _update_activity_task)"),
         ("reuse", "STT / realtime session reuse (needs livekit-agents 1.5.3+)"),
         ("turn_detector_reuse", "turn detector reuse (needs livekit-agents 1.6.1+)"),
         ("tool_executor", "tool executor tracing (needs livekit-agents 1.6.0+)"),
+        ("connection_metrics", "reconnect spans (no acquire_time metrics in this release)"),
     ):
         if not getattr(features, flag):
             _LOG.debug("livekit-agents %s: %s left out", features.version, what)

@@ -40,6 +40,8 @@ class ToolCause:
     name: str
     call_id: str
     span_context: SpanContext | None
+    # a handoff the framework defers until the tool ends: requested at its progress update
+    deferred_since_ns: int | None = None
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Handoff:
         "_old_activity",
         "_parent_context",
         "_phase_ns",
+        "_request_context",
         "_session",
         "_to_agent",
         "attributes",
@@ -68,10 +71,13 @@ class Handoff:
         "previous_activity",
         "queue_wait_ns",
         "queued",
+        "realtime_blocked",
+        "realtime_session",
         "reused",
         "span",
         "start_ns",
         "started_phases",
+        "stt_blocked",
         "telemetry",
     )
 
@@ -93,7 +99,7 @@ class Handoff:
         self._session = weakref.ref(session)
         self._to_agent = weakref.ref(agent)
         self._old_activity: weakref.ref[Any] | None = None
-        self.start_ns = time.time_ns()
+        self.start_ns = tool.deferred_since_ns if tool and tool.deferred_since_ns else time.time_ns()
         self.queued = queued
         self.queue_wait_ns = 0
         self.lock_wait_ns = 0
@@ -105,6 +111,10 @@ class Handoff:
         self.outcome: str | None = None
         self.from_agent: tuple[str, str] | None = None  # (label, id)
         self.reused = (False, False, False)  # stt, realtime session, turn detector
+        self.stt_blocked: list[str] | None = None
+        self.realtime_blocked: list[str] | None = None
+        self.realtime_session: weakref.ref[Any] | None = None  # reused: its updates are timed
+        self._request_context = parent
 
         attributes = dict(telemetry.static_attributes)
         attributes[sc.TRIGGER] = trigger
@@ -133,6 +143,18 @@ class Handoff:
     # --- the session ---------------------------------------------------------------
     def is_for(self, session: Any) -> bool:
         return self._session() is session
+
+    @property
+    def session(self) -> Any:
+        return self._session()
+
+    def enters(self, agent: Any) -> bool:
+        """Is ``agent`` the one this handoff hands the conversation to?"""
+        return agent is self._to_agent()
+
+    def leaves(self, activity: Any) -> bool:
+        """Is ``activity`` the one this handoff drained or paused?"""
+        return self._old_activity is not None and self._old_activity() is activity
 
     def bind(self, previous_activity: str, new_activity: str) -> None:
         """`_update_activity` was entered: the queue wait, if any, is over."""
@@ -190,6 +212,43 @@ class Handoff:
             self.reused = mark.reused
             self.end(sc.OUTCOME_COMPLETED)
 
+    # --- around the new activity ---------------------------------------------------------
+    def record_realtime_update(self, kind: str, start_ns: int, error: BaseException | None) -> None:
+        end_ns = time.time_ns()
+        attributes: dict[str, Any] = {
+            sc.REALTIME_UPDATE_KIND: kind,
+            sc.REALTIME_UPDATE_DURATION: (end_ns - start_ns) / 1e9,
+        }
+        if error is not None:
+            timed_out = isinstance(error, TimeoutError) or "timed out" in str(error)
+            attributes[sc.ERROR_TYPE] = "timeout" if timed_out else type(error).__qualname__
+        self._emit_child(sc.SPAN_REALTIME_UPDATE, start_ns, end_ns, attributes, error=error)
+
+    def record_reconnect(self, resource: str, acquire_seconds: float, end_ns: int) -> None:
+        """A replacement connection the handoff caused, timed by the framework's acquire_time."""
+        start_ns = end_ns - int(acquire_seconds * 1e9)
+        span = self.telemetry.tracer.start_span(
+            sc.SPAN_RECONNECT,
+            context=self._request_context,
+            links=[Link(self.span.get_span_context())],
+            attributes={sc.RECONNECT_RESOURCE: resource, sc.RECONNECT_DURATION: acquire_seconds},
+            start_time=start_ns,
+        )
+        span.end(end_time=end_ns)
+
+    def record_first_speech(self, end_ns: int) -> None:
+        """The new agent started speaking: the silence the caller heard ends here."""
+        delay = max(0, end_ns - self.start_ns) / 1e9
+        span = self.telemetry.tracer.start_span(
+            sc.SPAN_FIRST_SPEECH,
+            context=self._request_context,
+            links=[Link(self.span.get_span_context())],
+            attributes={sc.FIRST_SPEECH_DELAY: delay},
+            start_time=self.start_ns,
+        )
+        span.end(end_time=max(end_ns, self.start_ns))
+        self.telemetry.metrics.record_phase(sc.PHASE_FIRST_SPEECH, delay, self.attributes)
+
     # --- on_enter --------------------------------------------------------------------
     async def run_on_enter(self, coro: Any) -> Any:
         """Await the new agent's on_enter coroutine inside its own task, timing it."""
@@ -215,6 +274,14 @@ class Handoff:
         activity = getattr(session, "_activity", None)
         running = activity is not None and activity.agent is self._to_agent()
         self.end(sc.OUTCOME_COMPLETED if running else sc.OUTCOME_SKIPPED)
+
+    def reject(self, reason: str, from_agent: Any) -> None:
+        """The framework refused this handoff (e.g. an Agent returned after `ctx.update()`)."""
+        if from_agent is not None:
+            self.from_agent = (from_agent.label, agent_id(from_agent))
+        self.span.set_attribute(sc.REJECTION_REASON, reason)
+        self.span.set_status(Status(StatusCode.ERROR, reason))
+        self.end(sc.OUTCOME_REJECTED)
 
     def fail(self, error: BaseException) -> None:
         if self.ended:
@@ -252,6 +319,7 @@ class Handoff:
         from_label, from_id = self.from_agent or self._current_agent()
         attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = from_label
         attributes[sc.FROM_AGENT_ID] = from_id
+        attributes.update(self._reuse_blockers())
         leaving = sc.DRAIN if self.previous_activity == sc.CLOSE else sc.PAUSE
         entering = sc.START if self.new_activity == sc.START else sc.RESUME
         attributes[sc.PHASES[leaving][1]] = phases.get(leaving, 0) / 1e9
@@ -262,6 +330,9 @@ class Handoff:
         self.span.end()
         self.attributes.update(attributes)
         self._record_metrics()
+        session = self._session()
+        if outcome == sc.OUTCOME_COMPLETED and session is not None:
+            self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
 
     def _record_metrics(self) -> None:
         metrics, attributes = self.telemetry.metrics, self.attributes
@@ -272,6 +343,23 @@ class Handoff:
             metrics.record_phase(sc.PHASE_LOCK_WAIT, self.lock_wait_ns / 1e9, attributes)
         for phase, nanoseconds in self._phase_ns.items():
             metrics.record_phase(phase, nanoseconds / 1e9, attributes)
+
+    def _reuse_blockers(self) -> dict[str, list[str]]:
+        """The reasons arrays, consistent with what actually moved to the new activity."""
+        if not self.telemetry.features.reuse:
+            return {
+                sc.STT_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
+                sc.REALTIME_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
+            }
+        found: dict[str, list[str]] = {}
+        stt_reused, realtime_reused, _ = self.reused
+        for key, reasons, reused in (
+            (sc.STT_REUSE_BLOCKED_BY, self.stt_blocked, stt_reused),
+            (sc.REALTIME_REUSE_BLOCKED_BY, self.realtime_blocked, realtime_reused),
+        ):
+            if reasons is not None:  # None: the handoff never got as far as deciding
+                found[key] = [] if reused else reasons
+        return found
 
     def _current_agent(self) -> tuple[str, str]:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""

@@ -8,6 +8,9 @@ same arguments, returning its value and letting its exceptions and cancellation 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
+import inspect
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -15,14 +18,18 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from .. import semconv as sc
 from .._faults import guard
 from .._metrics import HandoffMetrics
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, Handoff, ToolCause
+from ._reuse import realtime_blockers, stt_blockers
 
 ON_ENTER_TASK_NAME = "AgentTask_on_enter"
+FINAL_UPDATE_SUFFIX = "_final"  # `RunContext._make_update_output` of a tool's return after ctx.update()
+REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
 
 
 @dataclass
@@ -36,6 +43,22 @@ class Telemetry:
     sequences: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
     # agent returned by a tool -> that tool; read when `update_agent(agent)` follows
     tool_causes: weakref.WeakKeyDictionary[Any, ToolCause] = field(default_factory=weakref.WeakKeyDictionary)
+    # session -> the last completed handoff whose new agent has not spoken yet
+    awaiting_speech: weakref.WeakKeyDictionary[Any, Handoff] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # realtime session / STT -> (handoff, resource) whose replacement connection is awaited
+    reconnect_watch: weakref.WeakKeyDictionary[Any, tuple[Handoff, str]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # realtime session / STT -> (time, acquire_time) of a connection reported before being watched
+    early_connections: weakref.WeakKeyDictionary[Any, tuple[int, float]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # run context -> time of its first progress update (for deferred tool handoffs)
+    progress_updates: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
+    # (class, method) patched on first sight of a realtime session class; undone by uninstrument()
+    lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
 
     def next_sequence(self, session: Any) -> int:
         value = self.sequences.get(session, 0) + 1
@@ -124,11 +147,17 @@ def _request_handoff(telemetry: Telemetry, session: Any, args: Any, kwargs: Any)
     previous_task = getattr(session, "_update_activity_atask", None)
     queued = telemetry.features.queue_wait and previous_task is not None and not previous_task.done()
     tool = telemetry.tool_causes.pop(agent, None)
+    if tool is None:
+        trigger = sc.TRIGGER_API
+    elif tool.deferred_since_ns is not None:
+        trigger, queued = sc.TRIGGER_DEFERRED_TOOL, True  # the tool ran on after its update
+    else:
+        trigger = sc.TRIGGER_TOOL
     return Handoff(
         telemetry,
         session,
         agent,
-        trigger=sc.TRIGGER_TOOL if tool is not None else sc.TRIGGER_API,
+        trigger=trigger,
         parent=otel_context.get_current(),
         sequence=telemetry.next_sequence(session),
         queued=queued,
@@ -204,11 +233,16 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
     return handoff
 
 
-async def _run_phase(phase: str, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def _run_phase(
+    telemetry: Telemetry, phase: str, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     handoff = CURRENT_HANDOFF.get()
     mark = None
     if handoff is not None:
-        mark = guard(phase, handoff.begin_phase, phase, instance, kwargs.get("reuse_resources"))
+        reuse = kwargs.get("reuse_resources")
+        mark = guard(phase, handoff.begin_phase, phase, instance, reuse)
+        if mark is not None and getattr(reuse, "rt_session", None) is not None:
+            guard("realtime updates", _watch_realtime_updates, telemetry, handoff, reuse.rt_session)
     if mark is None:
         return await wrapped(*args, **kwargs)
     try:
@@ -217,27 +251,29 @@ async def _run_phase(phase: str, wrapped: Any, instance: Any, args: Any, kwargs:
         guard(phase, handoff.end_phase, mark, exc)
         raise
     guard(phase, handoff.end_phase, mark, None)
+    if phase in (sc.START, sc.RESUME) and telemetry.features.connection_metrics:
+        guard("reconnect", _watch_reconnects, telemetry, handoff, instance)
     return result
 
 
-async def wrap_drain(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(sc.DRAIN, wrapped, instance, args, kwargs)
+async def wrap_drain(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return await _run_phase(telemetry, sc.DRAIN, wrapped, instance, args, kwargs)
 
 
-async def wrap_pause(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(sc.PAUSE, wrapped, instance, args, kwargs)
+async def wrap_pause(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return await _run_phase(telemetry, sc.PAUSE, wrapped, instance, args, kwargs)
 
 
-async def wrap_aclose(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(sc.CLOSE, wrapped, instance, args, kwargs)
+async def wrap_aclose(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return await _run_phase(telemetry, sc.CLOSE, wrapped, instance, args, kwargs)
 
 
-async def wrap_start(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(sc.START, wrapped, instance, args, kwargs)
+async def wrap_start(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return await _run_phase(telemetry, sc.START, wrapped, instance, args, kwargs)
 
 
-async def wrap_resume(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(sc.RESUME, wrapped, instance, args, kwargs)
+async def wrap_resume(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    return await _run_phase(telemetry, sc.RESUME, wrapped, instance, args, kwargs)
 
 
 def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
@@ -256,3 +292,171 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
     else:
         kwargs = {**kwargs, "coro": handoff.run_on_enter(kwargs["coro"])}
     return wrapped(*args, **kwargs)
+
+
+# --- why reuse did not happen ------------------------------------------------------------------
+async def wrap_detach_reusable_resources(
+    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    handoff = CURRENT_HANDOFF.get()
+    if handoff is None or handoff.ended or not handoff.leaves(instance):
+        return await wrapped(*args, **kwargs)
+    new_activity = args[0] if args else kwargs["new_activity"]
+    guard("reuse reasons", _evaluate_blockers, telemetry, handoff, instance, new_activity)
+    try:
+        return await wrapped(*args, **kwargs)
+    except Exception:
+        handoff.stt_blocked = handoff.realtime_blocked = [sc.BLOCKED_DETACH_FAILED]
+        raise
+
+
+def _evaluate_blockers(telemetry: Telemetry, handoff: Handoff, old: Any, new: Any) -> None:
+    handoff.stt_blocked = stt_blockers(old, new, telemetry.features)
+    handoff.realtime_blocked = realtime_blockers(old, new, telemetry.features)
+
+
+# --- what the reused realtime session was asked to change ---------------------------------------
+def _watch_realtime_updates(telemetry: Telemetry, handoff: Handoff, rt_session: Any) -> None:
+    """Patch the session's class on first sight (plugins override the update methods)."""
+    handoff.realtime_session = weakref.ref(rt_session)
+    for method, kind in sc.REALTIME_UPDATE_METHODS.items():
+        owner = next((c for c in type(rt_session).__mro__ if method in c.__dict__), None)
+        if owner is None or isinstance(owner.__dict__[method], FunctionWrapper):
+            continue
+        original = owner.__dict__[method]
+        wrapper = _timed_async_update if inspect.iscoroutinefunction(original) else _timed_sync_update
+        wrap_function_wrapper(owner, method, functools.partial(wrapper, kind))
+        telemetry.lazily_wrapped.append((owner, method))
+
+
+def _updating_handoff(instance: Any) -> Handoff | None:
+    handoff = CURRENT_HANDOFF.get()
+    if handoff is None or handoff.ended or handoff.realtime_session is None:
+        return None
+    return handoff if handoff.realtime_session() is instance else None
+
+
+async def _timed_async_update(kind: str, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    handoff = _updating_handoff(instance)
+    if handoff is None:
+        return await wrapped(*args, **kwargs)
+    start_ns = time.time_ns()
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        guard("realtime update", handoff.record_realtime_update, kind, start_ns, exc)
+        raise
+    guard("realtime update", handoff.record_realtime_update, kind, start_ns, None)
+    return result
+
+
+def _timed_sync_update(kind: str, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    handoff = _updating_handoff(instance)
+    if handoff is None:
+        return wrapped(*args, **kwargs)
+    start_ns = time.time_ns()
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException as exc:
+        guard("realtime update", handoff.record_realtime_update, kind, start_ns, exc)
+        raise
+    guard("realtime update", handoff.record_realtime_update, kind, start_ns, None)
+    return result
+
+
+# --- the replacement connection when nothing was reused ----------------------------------------
+def _watch_reconnects(telemetry: Telemetry, handoff: Handoff, activity: Any) -> None:
+    stt_reused, realtime_reused, _ = handoff.reused
+    rt_session = getattr(activity, "_rt_session", None)
+    if not realtime_reused and rt_session is not None:
+        _claim_or_watch(telemetry, handoff, rt_session, sc.RESOURCE_REALTIME_SESSION)
+    if not stt_reused and activity.stt is not None and getattr(activity, "_audio_recognition", None):
+        _claim_or_watch(telemetry, handoff, activity.stt, sc.RESOURCE_STT)
+
+
+def _claim_or_watch(telemetry: Telemetry, handoff: Handoff, key: Any, resource: str) -> None:
+    early = telemetry.early_connections.pop(key, None)
+    if early is not None and early[0] >= handoff.start_ns:
+        handoff.record_reconnect(resource, early[1], early[0])
+    else:
+        telemetry.reconnect_watch[key] = (handoff, resource)
+
+
+def wrap_realtime_connection_acquired(
+    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    result = wrapped(*args, **kwargs)
+    guard("connection acquired", _note_connection, telemetry, instance, args, kwargs)
+    return result
+
+
+def wrap_stt_connection_acquired(
+    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    result = wrapped(*args, **kwargs)
+    guard("connection acquired", _note_connection, telemetry, instance._stt, args, kwargs)
+    return result
+
+
+def _note_connection(telemetry: Telemetry, key: Any, args: Any, kwargs: Any) -> None:
+    acquire_time = float(args[0] if args else kwargs["acquire_time"])
+    now = time.time_ns()
+    watched = telemetry.reconnect_watch.pop(key, None)
+    if watched is not None:
+        handoff, resource = watched
+        handoff.record_reconnect(resource, acquire_time, now)
+    else:
+        telemetry.early_connections[key] = (now, acquire_time)
+
+
+# --- the first speech after a handoff -----------------------------------------------------------
+def wrap_update_agent_state(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech:
+        guard("first speech", _note_first_speech, telemetry, instance, kwargs.get("start_time"))
+    return result
+
+
+def _note_first_speech(telemetry: Telemetry, session: Any, start_time: float | None) -> None:
+    handoff = telemetry.awaiting_speech.pop(session, None)
+    activity = getattr(session, "_activity", None)
+    if handoff is None or activity is None or not handoff.enters(activity.agent):
+        return
+    handoff.record_first_speech(int(start_time * 1e9) if start_time else time.time_ns())
+
+
+# --- a tool that returns an Agent after ctx.update() (tool executor, 1.6.0+) -------------------
+def wrap_make_update_output(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    output = wrapped(*args, **kwargs)
+    guard("tool progress update", _note_update_output, telemetry, instance, output, kwargs)
+    return output
+
+
+def _note_update_output(telemetry: Telemetry, run_ctx: Any, output: Any, kwargs: Any) -> None:
+    if kwargs.get("call_id_suffix") != FINAL_UPDATE_SUFFIX:
+        telemetry.progress_updates.setdefault(run_ctx, time.time_ns())
+        return
+    agent = getattr(output, "agent_task", None)
+    if agent is None:
+        return
+    telemetry.tool_causes.pop(agent, None)  # noted by the make_tool_output inside; not a handoff
+    call = run_ctx.function_call
+    span_context = trace.get_current_span().get_span_context()
+    tool = ToolCause(call.name, call.call_id, span_context if span_context.is_valid else None)
+    mode = telemetry.features.tool_handoff_after_update
+    if mode == "deferred":
+        since = telemetry.progress_updates.get(run_ctx) or time.time_ns()
+        telemetry.tool_causes[agent] = dataclasses.replace(tool, deferred_since_ns=since)
+    elif mode == "rejected":
+        session = run_ctx.session
+        handoff = Handoff(
+            telemetry,
+            session,
+            agent,
+            trigger=sc.TRIGGER_TOOL,
+            parent=otel_context.get_current(),
+            sequence=telemetry.next_sequence(session),
+            queued=False,
+            tool=tool,
+        )
+        handoff.reject(REJECTED_AFTER_UPDATE, getattr(session, "current_agent", None))
