@@ -251,8 +251,11 @@ async def test_agent_after_progress_update_is_rejected_visibly(instrumented: Spa
     assert attrs[sc.GEN_AI_TOOL_NAME] == "transfer_after_update"
     assert attrs[sc.GEN_AI_TOOL_CALL_ID] == "call_1"
     assert attrs[sc.GEN_AI_HANDOFF_FROM_AGENT] == Support().label
-    assert attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == Billing().label
+    # 1.6.0 to 1.8.x before `_make_update_output` drop the returned agent before anyone sees it
+    assert attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == (Billing().label if FEATURES.update_output_hook else "")
     assert attrs[sc.TRIGGER] == "tool"
+    [tool_span] = instrumented.named("function_tool")
+    assert handoff.parent.span_id == tool_span.context.span_id
 
 
 def test_no_release_defers_yet() -> None:

@@ -42,7 +42,7 @@ if FEATURES.connection_metrics:
         (llm.RealtimeSession, "_report_connection_acquired"),
         (stt.RecognizeStream, "_report_connection_acquired"),
     ]
-if FEATURES.tool_handoff_after_update:
+if FEATURES.tool_handoff_after_update and FEATURES.update_output_hook:
     PATCHED.append((events.RunContext, "_make_update_output"))
 
 

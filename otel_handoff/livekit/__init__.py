@@ -37,6 +37,7 @@ _GENERATION_MODULE = "livekit.agents.voice.generation"
 _EVENTS_MODULE = "livekit.agents.voice.events"
 _REALTIME_MODULE = "livekit.agents.llm.realtime"
 _STT_MODULE = "livekit.agents.stt.stt"
+_LIVEKIT_LOGGER = "livekit.agents"  # where the tool executor logs a refused handoff
 
 __all__ = ["LiveKitHandoffInstrumentor"]
 
@@ -83,7 +84,7 @@ def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
                 bound(_wrappers.wrap_stt_connection_acquired),
             ),
         ]
-    if features.tool_handoff_after_update is not None:
+    if features.tool_handoff_after_update is not None and features.update_output_hook:
         points.append(
             (_EVENTS_MODULE, "RunContext._make_update_output", bound(_wrappers.wrap_make_update_output))
         )
@@ -95,6 +96,7 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
 
     _wrapped: tuple[tuple[str, str], ...] = ()
     _telemetry: _wrappers.Telemetry | None = None
+    _rejection_log: logging.Filter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -123,6 +125,9 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             wrapped.append((module, name))
         type(self)._wrapped = tuple(wrapped)
         type(self)._telemetry = telemetry
+        if features.tool_handoff_after_update == "rejected":
+            self._rejection_log = _wrappers.RejectedHandoffLog(telemetry)
+            logging.getLogger(_LIVEKIT_LOGGER).addFilter(self._rejection_log)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import importlib
@@ -132,6 +137,9 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             target = importlib.import_module(module)
             unwrap(getattr(target, owner) if owner else target, attr)
         type(self)._wrapped = ()
+        if self._rejection_log is not None:
+            logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
+            self._rejection_log = None
         if type(self)._telemetry is not None:
             for cls, method in type(self)._telemetry.lazily_wrapped:
                 unwrap(cls, method)

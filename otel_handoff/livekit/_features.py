@@ -33,6 +33,8 @@ class LiveKitFeatures:
     connection_metrics: bool = False
     # what a tool returning an Agent after `ctx.update()` gets: "rejected", "deferred" or None
     tool_handoff_after_update: str | None = None
+    # `RunContext._make_update_output`: the returned agent is still seen (1.8.x)
+    update_output_hook: bool = False
 
 
 def _has_param(func: Any, name: str) -> bool:
@@ -61,6 +63,14 @@ def _tool_handoff_after_update() -> str | None:
     if "agent handoff after a progress update is not supported" in source:
         return "rejected"
     return None
+
+
+def _has_update_output_hook() -> bool:
+    try:
+        from livekit.agents.voice.events import RunContext
+    except ImportError:
+        return False
+    return hasattr(RunContext, "_make_update_output")
 
 
 def detect() -> LiveKitFeatures:
@@ -97,6 +107,7 @@ def detect() -> LiveKitFeatures:
         connection_metrics=hasattr(llm.RealtimeSession, "_report_connection_acquired")
         and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
         tool_handoff_after_update=_tool_handoff_after_update(),
+        update_output_hook=_has_update_output_hook(),
     )
     for flag, what in (
         ("queue_wait", "queue wait (no earlier-handoff await in _update_activity_task)"),

@@ -28,6 +28,11 @@ CURRENT_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_c
 PENDING_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
 
 
+def _no_agent() -> None:
+    """Stands in for a weak reference when the new agent is unknown (a refused handoff)."""
+    return None
+
+
 def agent_id(agent: Any) -> str:
     """`Agent.id` (1.3+); releases without it identify agents by label only."""
     return getattr(agent, "id", None) or agent.label
@@ -97,7 +102,7 @@ class Handoff:
     ) -> None:
         self.telemetry = telemetry
         self._session = weakref.ref(session)
-        self._to_agent = weakref.ref(agent)
+        self._to_agent = weakref.ref(agent) if agent is not None else _no_agent
         self._old_activity: weakref.ref[Any] | None = None
         self.start_ns = tool.deferred_since_ns if tool and tool.deferred_since_ns else time.time_ns()
         self.queued = queued
@@ -119,8 +124,8 @@ class Handoff:
         attributes = dict(telemetry.static_attributes)
         attributes[sc.TRIGGER] = trigger
         attributes[sc.SEQUENCE] = sequence
-        attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = agent.label
-        attributes[sc.TO_AGENT_ID] = agent_id(agent)
+        attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = agent.label if agent is not None else ""
+        attributes[sc.TO_AGENT_ID] = agent_id(agent) if agent is not None else ""
         if tool is not None:
             attributes[sc.GEN_AI_TOOL_NAME] = tool.name
             attributes[sc.GEN_AI_TOOL_CALL_ID] = tool.call_id

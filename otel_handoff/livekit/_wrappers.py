@@ -8,11 +8,12 @@ same arguments, returning its value and letting its exceptions and cancellation 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import inspect
+import logging
 import time
 import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,6 +427,10 @@ def _note_first_speech(telemetry: Telemetry, session: Any, start_time: float | N
 
 
 # --- a tool that returns an Agent after ctx.update() (tool executor, 1.6.0+) -------------------
+# the agent a tool returned after its progress update, in the tool's task (1.8.x keeps it)
+LATE_AGENT: ContextVar[Any] = ContextVar("otel_handoff_livekit_late_agent", default=None)
+
+
 def wrap_make_update_output(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     output = wrapped(*args, **kwargs)
     guard("tool progress update", _note_update_output, telemetry, instance, output, kwargs)
@@ -440,23 +445,51 @@ def _note_update_output(telemetry: Telemetry, run_ctx: Any, output: Any, kwargs:
     if agent is None:
         return
     telemetry.tool_causes.pop(agent, None)  # noted by the make_tool_output inside; not a handoff
-    call = run_ctx.function_call
-    span_context = trace.get_current_span().get_span_context()
-    tool = ToolCause(call.name, call.call_id, span_context if span_context.is_valid else None)
-    mode = telemetry.features.tool_handoff_after_update
-    if mode == "deferred":
+    if telemetry.features.tool_handoff_after_update == "deferred":
+        call = run_ctx.function_call
         since = telemetry.progress_updates.get(run_ctx) or time.time_ns()
-        telemetry.tool_causes[agent] = dataclasses.replace(tool, deferred_since_ns=since)
-    elif mode == "rejected":
-        session = run_ctx.session
-        handoff = Handoff(
-            telemetry,
-            session,
-            agent,
-            trigger=sc.TRIGGER_TOOL,
-            parent=otel_context.get_current(),
-            sequence=telemetry.next_sequence(session),
-            queued=False,
-            tool=tool,
-        )
-        handoff.reject(REJECTED_AFTER_UPDATE, getattr(session, "current_agent", None))
+        telemetry.tool_causes[agent] = ToolCause(call.name, call.call_id, None, deferred_since_ns=since)
+    else:
+        LATE_AGENT.set(agent)  # for the rejection the framework logs next, in this task
+
+
+class RejectedHandoffLog(logging.Filter):
+    """Sees the framework's only signal of a refused tool handoff: its error log (1.6.0+).
+
+    Installed on the ``livekit.agents`` logger; never drops or changes a record.
+    """
+
+    def __init__(self, telemetry: Telemetry) -> None:
+        super().__init__()
+        self._telemetry = telemetry
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and REJECTED_AFTER_UPDATE in str(record.msg):
+            guard("rejected tool handoff", _note_rejection, self._telemetry, record)
+        return True
+
+
+def _note_rejection(telemetry: Telemetry, record: logging.LogRecord) -> None:
+    from livekit.agents.voice.agent_activity import _AgentActivityContextVar
+
+    activity = _AgentActivityContextVar.get(None)  # the tool runs in a task of its activity
+    if activity is None:
+        return
+    session = activity._session
+    span_context = trace.get_current_span().get_span_context()
+    tool = ToolCause(
+        str(getattr(record, "function", "")),
+        str(getattr(record, "call_id", "")),
+        span_context if span_context.is_valid else None,
+    )
+    handoff = Handoff(
+        telemetry,
+        session,
+        LATE_AGENT.get(),  # None before 1.8.x: the framework drops the agent unseen
+        trigger=sc.TRIGGER_TOOL,
+        parent=otel_context.get_current(),
+        sequence=telemetry.next_sequence(session),
+        queued=False,
+        tool=tool,
+    )
+    handoff.reject(REJECTED_AFTER_UPDATE, activity.agent)
