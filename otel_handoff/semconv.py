@@ -52,6 +52,7 @@ ON_ENTER_DURATION = "agent_handoff.on_enter.duration"
 DURATION = "agent_handoff.duration"
 OUTCOME = "agent_handoff.outcome"
 SEQUENCE = "agent_handoff.sequence"
+KIND = "agent_handoff.kind"  # AG2: which mechanism decided the handoff
 LOCK = "agent_handoff.lock"
 STT_REUSE_BLOCKED_BY = "agent_handoff.stt.reuse_blocked_by"
 REALTIME_REUSE_BLOCKED_BY = "agent_handoff.realtime_session.reuse_blocked_by"
@@ -75,12 +76,13 @@ METRIC_ATTRIBUTES = (
     GEN_AI_HANDOFF_TO_AGENT,
     FRAMEWORK,
     TRIGGER,
+    KIND,
     OUTCOME,
     STT_REUSED,
     REALTIME_SESSION_REUSED,
     TURN_DETECTOR_REUSED,
 )
-PHASE_METRIC_ATTRIBUTES = (GEN_AI_HANDOFF_FROM_AGENT, GEN_AI_HANDOFF_TO_AGENT, FRAMEWORK)
+PHASE_METRIC_ATTRIBUTES = (GEN_AI_HANDOFF_FROM_AGENT, GEN_AI_HANDOFF_TO_AGENT, FRAMEWORK, KIND)
 
 PHASE_QUEUE_WAIT = "queue_wait"
 PHASE_LOCK_WAIT = "lock_wait"
@@ -147,3 +149,22 @@ PHASES: dict[str, tuple[str, str]] = {
     "start": (SPAN_START, START_DURATION),
     "resume": (SPAN_RESUME, RESUME_DURATION),
 }
+
+# --- AG2 -------------------------------------------------------------------------------
+# group chats of the classic `autogen` package (ag2 0.9 to 0.14, autogen 0.14)
+SPAN_CHAT = "agent_handoff.chat"  # root of a chat's handoffs when the app does not trace the chat
+
+CONDITION_TYPE = "agent_handoff.condition.type"
+TARGET_TYPE = "agent_handoff.target.type"
+NEXT_SPEAKER = "agent_handoff.next_speaker"
+CHAT_HANDOFFS = "agent_handoff.chat.handoffs"
+
+FRAMEWORK_AG2 = "ag2"
+
+KIND_AFTER_WORK = "after_work"
+KIND_CONTEXT_CONDITION = "context_condition"
+KIND_LLM_CONDITION = "llm_condition"
+KIND_REPLY_RESULT = "reply_result"
+KIND_TOOL = "tool"
+KIND_GROUP_AFTER_WORK = "group_after_work"
+KIND_GUARDRAIL = "guardrail"

@@ -1,0 +1,179 @@
+"""OpenTelemetry tracing of AG2 group-chat handoffs.
+
+Usage::
+
+    from otel_handoff.ag2 import AG2HandoffInstrumentor
+
+    AG2HandoffInstrumentor().instrument()
+
+Every handoff of a group chat (an after-work, a context condition, an LLM condition's
+``transfer_*`` tool, a tool returning a ``ReplyResult`` or a bare target, the group's
+after-work, a guardrail) becomes one ``agent_handoff`` span, from the decision to the moment
+the next speaker starts its turn. Covers the classic ``autogen`` package: ``ag2`` 0.9.10 to
+0.14 and ``autogen`` 0.14. ``ag2`` 1.0 and later are a new framework, not covered yet.
+
+Spans carry names, types and ids only, never message content, tool arguments or results.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import wrap_function_wrapper
+
+from .. import semconv as sc
+from .._metrics import HandoffMetrics
+from ..version import __version__
+from . import _features, _wrappers
+from ._chat import Telemetry
+
+_LOG = logging.getLogger(__name__)
+
+_GROUPCHAT_MODULE = "autogen.agentchat.groupchat"
+_GROUP_UTILS_MODULE = "autogen.agentchat.group.group_utils"
+_TOOL_EXECUTOR_MODULE = "autogen.agentchat.group.group_tool_executor"
+
+# reply functions AG2 registers on agents, which keep AG2's own function if registered earlier
+_AGENT_REPLY_FUNCS = ((_GROUP_UTILS_MODULE, "_run_oncontextconditions"),)
+# reply functions a GroupChatManager registers at construction
+_MANAGER_REPLY_FUNCS = (
+    (_GROUPCHAT_MODULE, "GroupChatManager.run_chat"),
+    (_GROUPCHAT_MODULE, "GroupChatManager.a_run_chat"),
+)
+
+__all__ = ["AG2HandoffInstrumentor"]
+
+
+def _wrap_points(telemetry: Telemetry) -> list[tuple[str, str, Any]]:
+    """(module, "Class.method" or "function", wrapper) for everything this instrumentor patches."""
+    with_telemetry = functools.partial
+    w = _wrappers
+    return [
+        (_GROUPCHAT_MODULE, "GroupChatManager.run_chat", with_telemetry(w.wrap_run_chat, telemetry)),
+        (_GROUPCHAT_MODULE, "GroupChatManager.a_run_chat", with_telemetry(w.wrap_a_run_chat, telemetry)),
+        (
+            _GROUPCHAT_MODULE,
+            "GroupChat._run_input_guardrails",
+            with_telemetry(w.wrap_input_guardrails, telemetry),
+        ),
+        (
+            _GROUPCHAT_MODULE,
+            "GroupChat._run_output_guardrails",
+            with_telemetry(w.wrap_output_guardrails, telemetry),
+        ),
+        (_GROUP_UTILS_MODULE, "determine_next_agent", with_telemetry(w.wrap_determine_next_agent, telemetry)),
+        (
+            _GROUP_UTILS_MODULE,
+            "_evaluate_after_works_conditions",
+            with_telemetry(w.wrap_evaluate_after_works, telemetry),
+        ),
+        (
+            _GROUP_UTILS_MODULE,
+            "_run_oncontextconditions",
+            with_telemetry(w.wrap_run_oncontextconditions, telemetry),
+        ),
+        # inherited from ConversableAgent: wrapped on the executor class only, so only tool calls
+        # of group chats are seen (and existing executors too: the method is looked up per call)
+        (
+            _TOOL_EXECUTOR_MODULE,
+            "GroupToolExecutor.generate_tool_calls_reply",
+            with_telemetry(w.wrap_tool_calls_reply, telemetry),
+        ),
+        (
+            _TOOL_EXECUTOR_MODULE,
+            "GroupToolExecutor.a_generate_tool_calls_reply",
+            with_telemetry(w.wrap_a_tool_calls_reply, telemetry),
+        ),
+    ]
+
+
+def _resolve(module: str, name: str) -> tuple[Any, str]:
+    """(owner, attribute) of "Class.method" or "function" in ``module``."""
+    owner_name, _, attr = name.rpartition(".")
+    target: Any = importlib.import_module(module)
+    return (getattr(target, owner_name) if owner_name else target), attr
+
+
+def _current(module: str, name: str) -> Any:
+    owner, attr = _resolve(module, name)
+    return vars(owner)[attr]
+
+
+class AG2HandoffInstrumentor(BaseInstrumentor):
+    """Traces AG2 group-chat handoffs (ag2 0.9.10 to 0.14, autogen 0.14)."""
+
+    # (module, name, defined on the owner itself rather than inherited)
+    _wrapped: tuple[tuple[str, str, bool], ...] = ()
+    _telemetry: Telemetry | None = None
+    _manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        # psycopg2-style: whichever distribution installs `autogen` (see `package._instruments_any`)
+        return _features.dependencies()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        features = _features.detect()
+        if features is None:
+            _LOG.warning(
+                "otel-handoff: ag2 %s is the new AG2 framework (no `autogen` package); its handoffs are "
+                "not covered yet, nothing was instrumented.",
+                _features.new_framework_only() or "",
+            )
+            return
+        tracer = trace.get_tracer(
+            __name__,
+            __version__,
+            tracer_provider=kwargs.get("tracer_provider"),
+            schema_url="https://opentelemetry.io/schemas/1.28.0",
+        )
+        telemetry = Telemetry(
+            tracer=tracer,
+            metrics=HandoffMetrics(kwargs.get("meter_provider"), __name__),
+            features=features,
+            static_attributes={
+                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
+                sc.FRAMEWORK: sc.FRAMEWORK_AG2,
+                sc.FRAMEWORK_VERSION: features.version,
+            },
+        )
+        originals = {point: _current(*point) for point in (*_AGENT_REPLY_FUNCS, *_MANAGER_REPLY_FUNCS)}
+        wrapped: list[tuple[str, str, bool]] = []
+        for module, name, wrapper in _wrap_points(telemetry):
+            owner, attr = _resolve(module, name)
+            own = attr in vars(owner)
+            wrap_function_wrapper(module, name, wrapper)
+            wrapped.append((module, name, own))
+        telemetry.agent_reply_funcs = tuple((originals[p], _current(*p)) for p in _AGENT_REPLY_FUNCS)
+        cls = type(self)
+        cls._manager_reply_funcs = tuple((originals[p], _current(*p)) for p in _MANAGER_REPLY_FUNCS)
+        cls._wrapped = tuple(wrapped)
+        cls._telemetry = telemetry
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        cls = type(self)
+        telemetry = cls._telemetry
+        if telemetry is not None:
+            telemetry.enabled = False  # wrappers still referenced somewhere now pass straight through
+            # put AG2's own reply functions back where agents and managers registered ours
+            for agent in list(telemetry.patched_agents):
+                for original, wrapper in telemetry.agent_reply_funcs:
+                    agent.replace_reply_func(wrapper, original)
+            for manager in list(telemetry.patched_managers):
+                for original, wrapper in cls._manager_reply_funcs:
+                    manager.replace_reply_func(wrapper, original)
+        for module, name, own in cls._wrapped:
+            owner, attr = _resolve(module, name)
+            if own:
+                unwrap(owner, attr)
+            else:
+                delattr(owner, attr)  # was inherited: drop our override rather than pin a copy
+        cls._wrapped = ()
+        cls._telemetry = None
+        cls._manager_reply_funcs = ()

@@ -1,0 +1,108 @@
+"""Feature detection for AG2, done once at ``instrument()`` time.
+
+Which distribution provides ``autogen``, its version, and the few differences between
+releases that the wrappers care about are read here from the installed code, so wrappers
+only test plain values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from packaging.requirements import Requirement
+
+from .package import _instruments_ag2, _instruments_any
+
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class AG2Features:
+    version: str
+    # what `_evaluate_after_works_conditions` returns when no after-work matched: a sentinel
+    # from 0.10 on (None then means "terminate"); None on 0.9, where a matching
+    # TerminateTarget after-work is (by AG2's design then) indistinguishable from no match
+    no_after_work_match: Any
+    # classes a tool may return to hand off, and the executor that parks activated targets
+    reply_result_cls: type
+    transition_target_cls: type
+    tool_executor_cls: type
+    # OnContextCondition conditions / availability checks that only read context variables:
+    # safe to evaluate again to tell which of several after-works matched
+    pure_conditions: tuple[type, ...]
+
+
+def _installed(requirement: str) -> str | None:
+    try:
+        return version(Requirement(requirement).name)
+    except PackageNotFoundError:
+        return None
+
+
+def new_framework_only() -> str | None:
+    """The ag2 version when only ag2 >= 1 (no ``autogen`` package) is installed, else None."""
+    if importlib.util.find_spec("autogen") is not None:
+        return None
+    installed = _installed(_instruments_ag2)
+    return (
+        installed
+        if installed is not None and not Requirement(_instruments_ag2).specifier.contains(installed)
+        else None
+    )
+
+
+def dependencies() -> tuple[str, ...]:
+    """The requirement of whichever distribution provides ``autogen`` (psycopg2-style).
+
+    With only ag2 >= 1 installed nothing is required, so that ``instrument()`` runs and says
+    in one warning line that the new framework is not covered yet, instead of a version conflict.
+    """
+    found = {requirement: _installed(requirement) for requirement in _instruments_any}
+    for requirement, installed in found.items():
+        if installed is not None and Requirement(requirement).specifier.contains(installed):
+            return (requirement,)
+    if new_framework_only() is not None:
+        return ()
+    for requirement, installed in found.items():
+        if installed is not None:
+            return (requirement,)  # out of range: BaseInstrumentor reports the conflict
+    return _instruments_any
+
+
+def detect() -> AG2Features | None:
+    """Read what the installed AG2 offers; None when ``autogen`` is not importable (ag2 >= 1)."""
+    if importlib.util.find_spec("autogen") is None:
+        return None
+    from autogen.agentchat.group import context_condition, group_utils
+    from autogen.agentchat.group.available_condition import (
+        ExpressionAvailableCondition,
+        StringAvailableCondition,
+    )
+    from autogen.agentchat.group.group_tool_executor import GroupToolExecutor
+    from autogen.agentchat.group.reply_result import ReplyResult
+    from autogen.agentchat.group.targets.transition_target import TransitionTarget
+    from autogen.version import __version__
+
+    features = AG2Features(
+        version=__version__,
+        no_after_work_match=getattr(group_utils, "_NO_AFTER_WORK_MATCHED", None),
+        reply_result_cls=ReplyResult,
+        transition_target_cls=TransitionTarget,
+        tool_executor_cls=GroupToolExecutor,
+        pure_conditions=(
+            context_condition.StringContextCondition,
+            context_condition.ExpressionContextCondition,
+            StringAvailableCondition,
+            ExpressionAvailableCondition,
+        ),
+    )
+    if features.no_after_work_match is None:
+        _LOG.debug(
+            "ag2 %s: an after-work to TerminateTarget counts as no match (AG2 < 0.10 behaviour)",
+            features.version,
+        )
+    return features
