@@ -111,6 +111,61 @@ class OpenSpans(SpanProcessor):
 OPEN_SPANS = OpenSpans()
 PROVIDER.add_span_processor(OPEN_SPANS)
 
+# every instruction, user utterance, tool argument and tool result the tests feed the frameworks
+PRIVATE_TEXTS = (
+    "You route the caller",
+    "You help the caller",
+    "You are A.",
+    "You are B.",
+    "Collect an email address",
+    "Hand over at once",
+    "I have a billing question",
+    "billing please",
+    "take my email",
+    "transfer me",
+    "someone@example.com",
+    "checking your account",
+    "order_id",
+    "You handle billing questions",
+    "Greet the caller",
+    "I want a refund for order 4711",
+    "Route the customer",
+    "Handle refunds",
+    "Refunded order",
+)
+
+
+class PrivacyScan(SpanProcessor):
+    """Scans every attribute and event of every span we emit, in every test, for private text."""
+
+    def __init__(self) -> None:
+        self.scanned = 0
+        self.leaks: list[str] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
+        if not scope.startswith("otel_handoff"):
+            return
+        self.scanned += 1
+        values = [*(span.attributes or {}).items()]
+        for event in span.events:
+            values += [(f"{event.name}.{k}", v) for k, v in (event.attributes or {}).items()]
+        for key, value in values:
+            text = str(value)
+            self.leaks += [f"{span.name} {key}: {p!r}" for p in PRIVATE_TEXTS if p in text]
+
+
+PRIVACY_SCAN = PrivacyScan()
+PROVIDER.add_span_processor(PRIVACY_SCAN)
+
+
+@pytest.fixture(autouse=True)
+def no_private_text_in_spans() -> Iterator[None]:
+    """Private by default: checked after every test of the suite."""
+    before = len(PRIVACY_SCAN.leaks)
+    yield
+    assert PRIVACY_SCAN.leaks[before:] == [], "private text in spans"
+
 
 @pytest.fixture
 def open_spans() -> OpenSpans:

@@ -128,3 +128,13 @@ async def transfer_after_update(ctx: RunContext) -> Agent:
     """Check the account, then transfer to billing."""
     await ctx.update("checking your account")
     return Billing()
+
+
+class HandsOffAgain(AgentTask[str]):
+    """An AgentTask whose on_enter hands the conversation to another agent straight away."""
+
+    def __init__(self) -> None:
+        super().__init__(instructions="Hand over at once.")
+
+    async def on_enter(self) -> None:
+        self.session.update_agent(Sales())

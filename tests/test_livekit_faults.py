@@ -1,0 +1,150 @@
+"""Faults on the real framework: the host app's outcome is the same with and without us.
+
+Each scenario runs twice, plain and instrumented, and what the app can observe (history,
+events, raised exceptions, the current agent) must be identical; on the instrumented run every
+span we started is ended and lives in the session's trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from conftest import OpenSpans, Spans
+from livekit.agents import AgentSession, llm
+from lk_agents import Billing, HandsOffAgain, Support, Triage, failing, gated
+from opentelemetry.trace import StatusCode
+
+from otel_handoff import semconv as sc
+from otel_handoff._offline import ScriptedLLM
+from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+Scenario = Callable[[AgentSession, list[str]], Awaitable[Any]]
+
+
+async def wait_until(condition: Callable[[], Any], what: str) -> None:
+    """Yield to the event loop until `condition` holds (bounded: a few thousand loop turns)."""
+    for _ in range(5000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def outcome(awaitable: Awaitable[Any]) -> str:
+    """What awaiting gave the app: 'ok' or the exception's type and message."""
+    try:
+        await awaitable
+    except BaseException as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+async def exit_raises(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(Billing())
+    return await outcome(session._update_activity_atask)
+
+
+async def enter_raises(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(Billing(enter=failing(RuntimeError("on_enter failed"))))
+    result = await outcome(session._update_activity_atask)
+    return result, await outcome(session._activity._on_enter_task)
+
+
+class FailingToolset(llm.Toolset):
+    async def setup(self) -> Any:
+        raise RuntimeError("toolset setup failed")
+
+
+async def start_raises(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(Billing(tools=[FailingToolset(id="failing")]))
+    return await outcome(session._update_activity_atask)
+
+
+async def cancelled_while_draining(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(Billing())
+    task = session._update_activity_atask
+    await STARTED_EXIT.wait()
+    task.cancel()
+    return await outcome(task)
+
+
+async def closed_while_waiting_on_lock(session: AgentSession, notes: list[str]) -> Any:
+    lock = session._activity_lock
+    await lock.acquire()
+    session.update_agent(Billing())
+    await wait_until(lambda: lock._waiters, "the handoff waits on the session lock")
+    closing = asyncio.create_task(session.aclose())
+    await wait_until(lambda: session._closing, "the session is closing")
+    lock.release()
+    return await outcome(closing), await outcome(session._update_activity_atask)
+
+
+async def to_the_active_agent(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(session.current_agent)
+    return await outcome(session._update_activity_atask)
+
+
+async def task_hands_off_again(session: AgentSession, notes: list[str]) -> Any:
+    task = HandsOffAgain()
+    session.update_agent(task)
+    first = await outcome(session._update_activity_atask)
+    await wait_until(lambda: type(session.current_agent).__name__ == "Sales", "the task's own handoff")
+    return first, await outcome(session._update_activity_atask)
+
+
+STARTED_EXIT = asyncio.Event()
+SCENARIOS: dict[str, tuple[Scenario, Callable[[], Any]]] = {
+    "on_exit raises": (exit_raises, lambda: Triage(exit=failing(RuntimeError("on_exit failed")))),
+    "on_enter raises": (enter_raises, Triage),
+    "new activity start raises": (start_raises, Triage),
+    "cancelled while draining": (
+        cancelled_while_draining,
+        lambda: Triage(exit=gated(STARTED_EXIT, asyncio.Event())),
+    ),
+    "closed while waiting on the lock": (closed_while_waiting_on_lock, Triage),
+    "to the agent already active": (to_the_active_agent, Triage),
+    "AgentTask on_enter hands off again": (task_hands_off_again, Support),
+}
+
+
+async def observe(name: str) -> dict[str, Any]:
+    scenario, first_agent = SCENARIOS[name]
+    STARTED_EXIT.clear()
+    notes: list[str] = []
+    session = AgentSession(llm=ScriptedLLM())
+    for event in ("agent_state_changed", "conversation_item_added", "error", "close"):
+        session.on(event, lambda ev, event=event: notes.append(event))
+    await session.start(agent=first_agent())
+    result = await asyncio.wait_for(scenario(session, notes), 10)
+    agent = type(session.current_agent).__name__ if session._activity else None
+    history = [(item.type, getattr(item, "role", None)) for item in session.history.items]
+    closed = await outcome(session.aclose())  # e.g. a cancelled handoff leaves a cancelled on_exit
+    return {"result": result, "agent": agent, "history": history, "events": notes, "closed": closed}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+async def test_fault_outcome_unchanged(name: str, provider: Any, spans: Spans, open_spans: OpenSpans) -> None:
+    plain = await observe(name)
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await observe(name)
+    finally:
+        instrumentor.uninstrument()
+    assert traced == plain
+
+    assert not open_spans.ours(), "every span we start is ended"
+    handoffs = spans.handoffs()
+    assert handoffs, "the handoff was traced"
+    [session_span] = [s for s in spans.named("agent_session") if s.end_time][-1:]
+    ours = [s for s in spans.all() if s.name.startswith(sc.SPAN_HANDOFF)]
+    assert {s.context.trace_id for s in ours} == {session_span.context.trace_id}
+    for handoff in handoffs:
+        errored = handoff.status.status_code is StatusCode.ERROR
+        if handoff.attributes[sc.OUTCOME] in ("error", "rejected"):
+            assert errored
+        elif handoff.attributes[sc.OUTCOME] == "completed":
+            assert not errored
