@@ -138,3 +138,23 @@ class HandsOffAgain(AgentTask[str]):
 
     async def on_enter(self) -> None:
         self.session.update_agent(Sales())
+
+
+class Router(HookedAgent):
+    """Transfers to a fresh Router, or runs an AgentTask round trip, when the LLM asks."""
+
+    def __init__(self) -> None:
+        super().__init__("You route the caller.")
+        self.task_returned = asyncio.Event()  # set once the AgentTask handed back to this agent
+
+    @function_tool
+    async def transfer(self) -> Agent:
+        """Transfer the caller."""
+        return Router()
+
+    @function_tool
+    async def ask_email(self) -> str:
+        """Collect the caller's email with a task, then come back."""
+        email = await CollectEmail()
+        self.task_returned.set()
+        return email

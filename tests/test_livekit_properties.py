@@ -1,0 +1,129 @@
+"""Property test: random sequences of real handoffs keep the span model's invariants."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from conftest import EXPORTER, PROVIDER
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from livekit.agents import AgentSession, llm
+from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
+from lk_agents import Router
+
+from otel_handoff import semconv as sc
+from otel_handoff._offline import ScriptedLLM, ScriptedLLMStream
+from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+# operation -> handoffs it causes
+OPERATIONS = {"tool_transfer": 1, "update_agent": 1, "agent_task": 2, "close_and_restart": 0}
+
+
+class CommandLLM(ScriptedLLM):
+    """Calls the tool the test names for the next turn (again and again); otherwise talks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.next_tool: str | None = None
+
+    def chat(
+        self,
+        *,
+        chat_ctx: Any,
+        tools: Any = None,
+        conn_options: Any = DEFAULT_API_CONNECT_OPTIONS,
+        **kwargs: Any,
+    ) -> Any:
+        reply: Any = self.reply
+        if self.next_tool:
+            self.called.append(self.next_tool)
+            reply = llm.FunctionToolCall(
+                name=self.next_tool, arguments="{}", call_id=f"call_{len(self.called)}"
+            )
+            self.next_tool = None
+        return ScriptedLLMStream(
+            self, chat_ctx=chat_ctx, tools=list(tools or []), conn_options=conn_options, reply=reply
+        )
+
+
+async def run_operations(operations: list[str]) -> list[int]:
+    """Run them on real sessions; returns the number of handoffs expected per session."""
+    expected: list[int] = []
+
+    async def new_session() -> tuple[AgentSession, CommandLLM]:
+        llm = CommandLLM()
+        session = AgentSession(llm=llm)
+        await session.start(agent=Router())
+        expected.append(0)
+        return session, llm
+
+    session, llm = await new_session()
+    for operation in operations:
+        if operation == "close_and_restart":
+            await session.aclose()
+            session, llm = await new_session()
+            continue
+        if operation == "update_agent":
+            session.update_agent(Router())
+            await session._update_activity_atask
+        elif operation == "tool_transfer":
+            llm.next_tool = "transfer"
+            await session.run(user_input="go on")
+            await session._update_activity_atask
+        else:  # run() may return before the task hands back: wait for the tool to resume
+            router = session.current_agent
+            router.task_returned.clear()
+            llm.next_tool = "ask_email"
+            await session.run(user_input="go on")
+            await asyncio.wait_for(router.task_returned.wait(), 10)
+        expected[-1] += OPERATIONS[operation]
+    await session.aclose()
+    return expected
+
+
+@pytest.fixture(scope="module")
+def instrumented_module() -> Any:
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=PROVIDER)
+    yield
+    instrumentor.uninstrument()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(sorted(OPERATIONS)), min_size=1, max_size=6))
+def test_random_handoff_sequences_keep_invariants(instrumented_module: Any, operations: list[str]) -> None:
+    EXPORTER.clear()
+    expected = asyncio.run(run_operations(operations))
+
+    finished = {s.context.span_id: s for s in EXPORTER.get_finished_spans()}
+    handoffs = [s for s in finished.values() if s.name == sc.SPAN_HANDOFF]
+
+    def session_of(span: Any) -> int:
+        """The nearest LiveKit `agent_session` span above (sessions in one task share a trace)."""
+        while span.name != "agent_session":
+            span = finished[span.parent.span_id]
+        return span.context.span_id
+
+    by_session: dict[int, list[Any]] = {}
+    for span in sorted(handoffs, key=lambda s: s.start_time):
+        by_session.setdefault(session_of(span), []).append(span)
+    # one span per handoff (counted per session that handed off at least once)
+    assert sorted(len(spans) for spans in by_session.values()) == sorted(n for n in expected if n)
+    for spans in by_session.values():
+        assert [s.attributes[sc.SEQUENCE] for s in spans] == list(range(1, len(spans) + 1))
+    for span in handoffs:
+        attrs = span.attributes
+        durations = {k: v for k, v in attrs.items() if k.endswith(".duration")}
+        assert all(v >= 0 for v in durations.values()), durations
+        phases = [
+            attrs.get(sc.DRAIN_DURATION, 0),
+            attrs.get(sc.PAUSE_DURATION, 0),
+            attrs.get(sc.CLOSE_DURATION, 0),
+            attrs.get(sc.START_DURATION, 0),
+            attrs.get(sc.RESUME_DURATION, 0),
+        ]
+        assert abs(attrs[sc.DURATION] - sum(phases)) <= 0.001
+        assert attrs[sc.OUTCOME] == "completed"
+        assert span.end_time >= span.start_time
