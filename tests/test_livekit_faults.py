@@ -54,11 +54,17 @@ async def enter_raises(session: AgentSession, notes: list[str]) -> Any:
 
 
 class FailingToolset(llm.Toolset):
+    @property
+    def tools(self) -> list[Any]:
+        return []
+
     async def setup(self) -> Any:
         raise RuntimeError("toolset setup failed")
 
 
 async def start_raises(session: AgentSession, notes: list[str]) -> Any:
+    if not hasattr(llm.Toolset, "setup"):
+        pytest.skip("toolsets have no setup() before livekit-agents 1.5")
     session.update_agent(Billing(tools=[FailingToolset(id="failing")]))
     return await outcome(session._update_activity_atask)
 
@@ -139,7 +145,12 @@ async def test_fault_outcome_unchanged(name: str, provider: Any, spans: Spans, o
     assert not open_spans.ours(), "every span we start is ended"
     handoffs = spans.handoffs()
     assert handoffs, "the handoff was traced"
-    [session_span] = [s for s in spans.named("agent_session") if s.end_time][-1:]
+    # the instrumented run's session span, ended or not (a failed close can leave it open)
+    sessions = [
+        *spans.named("agent_session"),
+        *(s for s in open_spans.open.values() if s.name == "agent_session"),
+    ]
+    session_span = max(sessions, key=lambda s: s.start_time)
     ours = [s for s in spans.all() if s.name.startswith(sc.SPAN_HANDOFF)]
     assert {s.context.trace_id for s in ours} == {session_span.context.trace_id}
     for handoff in handoffs:
