@@ -2,7 +2,7 @@
 # Install the real OTLP receivers the export tests run against, pinned, idempotently:
 #   rotel (an OpenTelemetry collector)  -> into the test venv ($1, else the active Python)
 #   Arize Phoenix (a trace backend)     -> into its own venv, $PHOENIX_VENV
-#   chromium (headless, for the UI test) -> apt-get
+#   chromium (headless, for the UI test), unshare, ip -> apt-get
 #   playwright (python driver only)      -> into the test venv; it drives /usr/bin/chromium
 # The tests find Phoenix through OTEL_HANDOFF_PHOENIX, which defaults to $PHOENIX_VENV/bin/phoenix.
 # Usage: .ci/install-receivers.sh [TEST_VENV_DIR]
@@ -46,15 +46,20 @@ else
   installed+=("arize-phoenix $PHOENIX_VERSION at $PHOENIX_VENV")
 fi
 
-# chromium, from the distribution (playwright's own browser download does not work here)
-if command -v chromium >/dev/null 2>&1; then
-  installed+=("chromium (already there)")
+# chromium (playwright's own browser download does not work here), and unshare + ip, which keep
+# Phoenix's gRPC port (it binds [::]) inside a network namespace of its own: from the distribution
+apt_packages=()
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+command -v unshare >/dev/null 2>&1 || apt_packages+=(util-linux)
+command -v ip >/dev/null 2>&1 || apt_packages+=(iproute2)
+if [[ ${#apt_packages[@]} -eq 0 ]]; then
+  installed+=("chromium, unshare, ip (already there)")
 else
   SUDO=""
   [[ "$(id -u)" == 0 ]] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-  installed+=("chromium")
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${apt_packages[@]}" >/dev/null
+  installed+=("${apt_packages[@]}")
 fi
 
 # playwright's python driver only, into the test venv

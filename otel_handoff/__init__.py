@@ -1,5 +1,19 @@
 """otel-handoff: OpenTelemetry tracing of agent handoffs (LiveKit Agents, AG2)."""
 
+from typing import TYPE_CHECKING, Any
+
 from .version import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from ._configure import Configuration, configure
+
+__all__ = ["Configuration", "__version__", "configure"]
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: `import otel_handoff` stays cheap, the SDK is imported when configure is used
+    if name in ("configure", "Configuration"):
+        from . import _configure
+
+        return getattr(_configure, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

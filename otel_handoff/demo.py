@@ -16,12 +16,14 @@ import base64
 import inspect
 import json
 import os
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from livekit.agents import Agent, AgentSession, AgentTask, function_tool, telemetry
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
@@ -32,6 +34,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from ._configure import metric_exporters, span_exporters
 from ._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT
 from .livekit import LiveKitHandoffInstrumentor
 
@@ -202,24 +205,16 @@ class _CountingExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-def _otlp_exporter(env: Mapping[str, str]) -> tuple[SpanExporter, str] | None:
-    """The OTLP exporter the standard environment variables ask for, and where it sends."""
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if not endpoint:
-        return None
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-    ).strip()
-    if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
-
-        return GrpcExporter(), f"OTLP/gRPC {endpoint}"
-    if protocol == "http/protobuf":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        exporter = HttpExporter()
-        return exporter, f"OTLP/HTTP {getattr(exporter, '_endpoint', endpoint)}"
-    raise DemoSetupError(f"unsupported OTLP protocol {protocol!r}: use 'grpc' or 'http/protobuf'")
+def _otlp_requested() -> bool:
+    """The demo exports over OTLP only when an endpoint is set (it runs fine without one)."""
+    return any(
+        os.environ.get(variable, "").strip()
+        for variable in (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        )
+    )
 
 
 def _resource() -> Resource:
@@ -271,6 +266,7 @@ class DemoResult:
 
     spans: tuple[ReadableSpan, ...]
     provider: TracerProvider
+    meter_provider: MeterProvider | None
     stt_streams: int
     realtime_sessions: int
     export_path: str | None = None
@@ -280,6 +276,8 @@ class DemoResult:
     def shutdown(self) -> str | None:
         """Flush and shut the provider down; return one line saying where spans went, if anywhere."""
         self.provider.shutdown()
+        if self.meter_provider is not None:
+            self.meter_provider.shutdown()
         where: list[str] = []
         if self._otlp is not None and self.otlp_target is not None:
             if self._otlp.failed:
@@ -294,17 +292,16 @@ class DemoResult:
         return "spans exported to " + "; ".join(where) if where else None
 
 
-async def run_demo(
-    *, export_path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None
-) -> DemoResult:
+async def run_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run the offline conversations traced, and return their finished spans.
 
     Instruments livekit-agents for the duration of the run (it must not be instrumented
     already) and points LiveKit's own tracer at the same provider, so its spans share the
-    traces. OTLP export follows the ``OTEL_EXPORTER_OTLP_*`` variables of ``env``
-    (default ``os.environ``); ``export_path`` also writes the spans as OTLP JSON Lines.
+    traces. With an OTLP endpoint set, spans and metrics are exported the way
+    :func:`otel_handoff.configure` exports them (the same ``OTEL_*`` variables, checked the same
+    way, one warning per unreachable receiver); ``export_path`` also writes the spans as OTLP
+    JSON Lines.
     """
-    env = os.environ if env is None else env
     if export_path is not None:
         try:  # fail before the run, not after it
             Path(export_path).open("w", encoding="utf-8").close()
@@ -315,10 +312,14 @@ async def run_demo(
     provider.add_span_processor(SimpleSpanProcessor(memory))
     otlp: _CountingExporter | None = None
     otlp_target: str | None = None
-    if (configured := _otlp_exporter(env)) is not None:
-        otlp = _CountingExporter(configured[0])
-        otlp_target = configured[1]
-        provider.add_span_processor(BatchSpanProcessor(otlp))
+    meter_provider: MeterProvider | None = None
+    if _otlp_requested():
+        for description, exporter in span_exporters():
+            otlp, otlp_target = _CountingExporter(exporter), description
+            provider.add_span_processor(BatchSpanProcessor(otlp))
+        readers = [PeriodicExportingMetricReader(exporter) for _, exporter in metric_exporters()]
+        if readers:  # the handoff metrics too, for the Grafana dashboard
+            meter_provider = MeterProvider(resource=provider.resource, metric_readers=readers)
 
     # LiveKit's own spans in the same traces; keep conversation content out of them (1.8+)
     if "allow_pii" in inspect.signature(telemetry.set_tracer_provider).parameters:
@@ -329,7 +330,7 @@ async def run_demo(
     instrumentor = LiveKitHandoffInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
         raise RuntimeError("run_demo instruments livekit-agents itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=provider)
+    instrumentor.instrument(tracer_provider=provider, meter_provider=meter_provider)
     stt = SilentSTT()
     realtime = IdleRealtimeModel(mutable=True, connect_delay=_REALTIME_CONNECT_DELAY)
     try:
@@ -348,6 +349,7 @@ async def run_demo(
     return DemoResult(
         spans=spans,
         provider=provider,
+        meter_provider=meter_provider,
         stt_streams=stt.streams,
         realtime_sessions=len(realtime.sessions),
         export_path=path,
