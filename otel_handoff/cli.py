@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .summary import FORMATS
 from .version import __version__
 
 _NEEDS_LIVEKIT = "otel-handoff demo needs livekit-agents: pip install 'otel-handoff[livekit]'"
@@ -29,6 +30,40 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--export", metavar="FILE", help="also write the spans to FILE as OTLP JSON Lines")
+    summary = commands.add_parser(
+        "summary",
+        help="summarize exported handoff spans per agent pair: counts, p50/p95/max per phase, reuse",
+        description=(
+            "Read agent_handoff spans from an OTLP JSON file (JSON Lines as `demo --export` and the "
+            "Collector's file exporter write, or ConsoleSpanExporter output; '-' reads standard input), "
+            "from Phoenix (http://HOST:6006/v1/projects/PROJECT/spans) or from Jaeger "
+            "(http://HOST:16686/api/traces?service=NAME), and print per from → to pair: count, "
+            "outcomes, reuse rates and p50/p95/max of the handoff and of each phase. Percentiles are "
+            "nearest-rank. Exit status: 0 summary printed, 1 no handoff spans, 2 unreadable input."
+        ),
+    )
+    summary.add_argument(
+        "source", metavar="FILE|URL", help="an OTLP JSON file, '-', or a Phoenix or Jaeger URL"
+    )
+    summary.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table (for people, with a chart), json or csv (for machines, times in seconds)",
+    )
+    summary.add_argument(
+        "--chart", action="store_true", help="print only the bar chart of mean phase time per pair"
+    )
+    commands.add_parser(
+        "doctor",
+        help="check this environment: frameworks, auto-instrumentation, exporter, endpoint",
+        description=(
+            "Print what handoff tracing would do here: framework versions and whether they are "
+            "supported, which instrumentors are active or disabled and why, the provider and exporters "
+            "that would be used, the endpoint and protocol and whether the endpoint answers. Exits 1 "
+            "on a misconfiguration, with a one-line fix for each problem."
+        ),
+    )
     return parser
 
 
@@ -61,9 +96,28 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from .summary import run
+
+    code, output, message = run(args.source, output_format=args.format, chart_only=args.chart)
+    print(output, end="")
+    if message:
+        print(message, file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``otel-handoff`` console script and ``python -m otel_handoff``."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor()
+    if args.command == "summary":
+        if args.chart and args.format != "table":
+            parser.error("--chart is the people's view: use it without --format json or csv")
+        return _summary(args)
     return 2  # pragma: no cover - argparse rejects unknown commands

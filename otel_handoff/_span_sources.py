@@ -1,0 +1,541 @@
+"""Finished spans read back from what exporters and backends write, for ``otel-handoff summary``.
+
+Every source becomes the same :class:`SpanRecord` (hex ids, nanosecond times, plain attribute
+values), so the summary never cares where spans came from:
+
+* OTLP/JSON: JSON Lines of ``ExportTraceServiceRequest`` (``otel-handoff demo --export``, the
+  Collector's file exporter), or one such document, pretty-printed or not;
+* the SDK's ``ConsoleSpanExporter``: a sequence of pretty-printed ``ReadableSpan.to_json()`` objects;
+* Arize Phoenix's REST API (``/v1/projects/PROJECT/spans``), following ``next_cursor``;
+* Jaeger's query API (``/api/traces?service=...``, ``/api/traces/ID``) and its ``/api/v3`` OTLP form;
+* a saved Phoenix or Jaeger response.
+
+Malformed input raises :class:`SpanSourceError` with one line naming the line (JSON Lines) or
+the field path that is wrong, never a traceback.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SpanRecord", "SpanSourceError", "parse_spans", "read_spans"]
+
+# a summary over a backend is one query, not a crawl: stop following cursors here
+_MAX_PAGES = 10_000
+_HTTP_TIMEOUT = 30.0
+_OTHER_SIGNALS = ("resourceMetrics", "resourceLogs", "resourceProfiles")  # a Collector file may mix them
+_STATUS_CODES = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+class SpanSourceError(Exception):
+    """The source cannot be read, or is not what it claims to be: a one-line reason."""
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """One finished span, whatever wrote it. Ids are lowercase hex; times are Unix ns."""
+
+    trace_id: str
+    span_id: str
+    name: str
+    parent_id: str | None = None
+    start_ns: int | None = None
+    end_ns: int | None = None
+    status: str = "UNSET"
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+    links: tuple[str, ...] = ()  # span ids this span links to
+
+
+# --- entry points ---------------------------------------------------------------------------------
+def read_spans(source: str) -> list[SpanRecord]:
+    """Spans from a file path, ``-`` (standard input), or an ``http(s)://`` Phoenix or Jaeger URL."""
+    if source.startswith(("http://", "https://")):
+        return _read_url(source)
+    if source == "-":
+        return parse_spans(sys.stdin.read())
+    path = Path(source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpanSourceError("no such file") from None
+    except IsADirectoryError:
+        raise SpanSourceError("is a directory, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise SpanSourceError(f"not UTF-8 text (byte {exc.start}): is it compressed?") from None
+    except OSError as exc:
+        raise SpanSourceError(exc.strerror or str(exc)) from None
+    return parse_spans(text)
+
+
+def parse_spans(text: str) -> list[SpanRecord]:
+    """Spans from the text of a file in any of the supported layouts (empty text: no spans)."""
+    spans: list[SpanRecord] = []
+    for where, document in _documents(text):
+        spans.extend(_from_document(document, where))
+    return spans
+
+
+# --- JSON documents in a text ---------------------------------------------------------------------
+def _documents(text: str) -> Iterator[tuple[str, Any]]:
+    """(where, document) for each JSON document: one per line, or pretty-printed back to back.
+
+    JSON Lines is recognised by a first line that is a whole document; then each line is
+    parsed alone, so an error names its own line. Otherwise the documents are decoded one
+    after another (a single document, or ``ConsoleSpanExporter`` output).
+    """
+    lines = text.splitlines()
+    first = next((line for line in lines if line.strip()), None)
+    if first is None:
+        return
+    if _is_json(first):
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                yield f"line {number}", _loads(line, number)
+        return
+    decoder = json.JSONDecoder()
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return
+        line = text.count("\n", 0, position) + 1
+        try:
+            document, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            raise SpanSourceError(
+                f"line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
+            ) from None
+        yield f"line {line}", document
+
+
+def _is_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return False
+    return True
+
+
+def _loads(line: str, number: int) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise SpanSourceError(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+
+
+def _from_document(document: Any, where: str, path: str = "") -> list[SpanRecord]:
+    """Spans of one decoded document, whichever of the known shapes it has."""
+    if isinstance(document, list):
+        spans: list[SpanRecord] = []
+        for index, item in enumerate(document):
+            spans.extend(_from_document(item, where, f"{path}[{index}]"))
+        return spans
+    if not isinstance(document, dict):
+        raise _error(where, path or "document", f"expected an object, got {_kind(document)}")
+    if "resourceSpans" in document:
+        return _otlp_request(document, _Where(where, path))
+    if isinstance(document.get("result"), dict) and "resourceSpans" in document["result"]:
+        return _otlp_request(document["result"], _Where(where, _join(path, "result")))  # Jaeger /api/v3
+    if any(key in document for key in _OTHER_SIGNALS):
+        return []
+    if "data" in document:
+        return _data_response(document, _Where(where, path))
+    if "name" in document and "context" in document:
+        return [_console_span(document, _Where(where, path))]
+    raise _error(
+        where,
+        path or "document",
+        "not trace data: expected OTLP resourceSpans, a console-exporter span,"
+        " or a Jaeger or Phoenix response",
+    )
+
+
+# --- field paths for error messages ---------------------------------------------------------------
+@dataclass(frozen=True)
+class _Where:
+    """Where in the input a value sits: 'line 3' plus a field path like 'resourceSpans[0].name'."""
+
+    origin: str
+    path: str = ""
+
+    def __truediv__(self, key: str | int) -> _Where:
+        return _Where(self.origin, f"{self.path}[{key}]" if isinstance(key, int) else _join(self.path, key))
+
+    def error(self, problem: str) -> SpanSourceError:
+        return _error(self.origin, self.path or "document", problem)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _error(origin: str, path: str, problem: str) -> SpanSourceError:
+    return SpanSourceError(f"{origin}: {path}: {problem}")
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__
+    )
+
+
+def _get(obj: Mapping[str, Any], key: str, where: _Where, types: type | tuple[type, ...]) -> Any:
+    """A required field of the given JSON type."""
+    if key not in obj or obj[key] is None:
+        raise (where / key).error("missing")
+    return _typed(obj[key], where / key, types)
+
+
+def _opt(
+    obj: Mapping[str, Any], key: str, where: _Where, types: type | tuple[type, ...], default: Any
+) -> Any:
+    """An optional field: absent or null gives ``default``; present must have the given type."""
+    value = obj.get(key)
+    return default if value is None else _typed(value, where / key, types)
+
+
+_TYPE_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer"}
+
+
+def _typed(value: Any, where: _Where, types: type | tuple[type, ...]) -> Any:
+    wanted = types if isinstance(types, tuple) else (types,)
+    # JSON true is not a number, though Python's bool is an int
+    if not isinstance(value, wanted) or (isinstance(value, bool) and bool not in wanted):
+        names = " or ".join(_TYPE_NAMES.get(t, "a number" if t is float else t.__name__) for t in wanted)
+        raise where.error(f"expected {names}, got {_kind(value)}")
+    return value
+
+
+# --- OTLP/JSON ------------------------------------------------------------------------------------
+def _otlp_request(request: Mapping[str, Any], where: _Where) -> list[SpanRecord]:
+    spans: list[SpanRecord] = []
+    for r, resource_spans in enumerate(_opt(request, "resourceSpans", where, list, [])):
+        at_resource = where / "resourceSpans" / r
+        _typed(resource_spans, at_resource, dict)
+        for s, scope_spans in enumerate(_opt(resource_spans, "scopeSpans", at_resource, list, [])):
+            at_scope = at_resource / "scopeSpans" / s
+            _typed(scope_spans, at_scope, dict)
+            for i, span in enumerate(_opt(scope_spans, "spans", at_scope, list, [])):
+                spans.append(_otlp_span(span, at_scope / "spans" / i))
+    return spans
+
+
+def _otlp_span(span: Any, where: _Where) -> SpanRecord:
+    _typed(span, where, dict)
+    status = _opt(span, "status", where, dict, {})
+    code = _opt(status, "code", where / "status", (int, str), 0)
+    links = _opt(span, "links", where, list, [])
+    return SpanRecord(
+        trace_id=_otlp_id(_get(span, "traceId", where, str), where / "traceId", 16),
+        span_id=_otlp_id(_get(span, "spanId", where, str), where / "spanId", 8),
+        parent_id=_otlp_id(span["parentSpanId"], where / "parentSpanId", 8)
+        if span.get("parentSpanId")
+        else None,
+        name=_get(span, "name", where, str),
+        start_ns=_nanos(span.get("startTimeUnixNano"), where / "startTimeUnixNano"),
+        end_ns=_nanos(span.get("endTimeUnixNano"), where / "endTimeUnixNano"),
+        status=_otlp_status(code, where / "status" / "code"),
+        attributes=_otlp_attributes(_opt(span, "attributes", where, list, []), where / "attributes"),
+        links=tuple(
+            _otlp_id(
+                _get(_typed(link, where / "links" / n, dict), "spanId", where / "links" / n, str),
+                where / "links" / n / "spanId",
+                8,
+            )
+            for n, link in enumerate(links)
+        ),
+    )
+
+
+def _otlp_id(value: str, where: _Where, size: int) -> str:
+    """Hex, as OTLP/JSON requires; base64 too, which the plain protobuf JSON mapping writes."""
+    if len(value) == 2 * size:
+        try:
+            bytes.fromhex(value)
+        except ValueError:
+            pass
+        else:
+            return value.lower()
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != size:
+        raise where.error(f"expected a {2 * size}-digit hex id, got {value!r}")
+    return raw.hex()
+
+
+def _otlp_status(code: int | str, where: _Where) -> str:
+    if isinstance(code, str):  # the enum by name, as protobuf JSON may write it
+        name = code.removeprefix("STATUS_CODE_")
+        if name in _STATUS_CODES.values():
+            return name
+        raise where.error(f"unknown status code {code!r}")
+    if code not in _STATUS_CODES:
+        raise where.error(f"unknown status code {code}")
+    return _STATUS_CODES[code]
+
+
+def _otlp_attributes(attributes: list[Any], where: _Where) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for index, attribute in enumerate(attributes):
+        at = where / index
+        _typed(attribute, at, dict)
+        key = _get(attribute, "key", at, str)
+        result[key] = _any_value(_opt(attribute, "value", at, dict, {}), at / "value")
+    return result
+
+
+def _any_value(value: Mapping[str, Any], where: _Where) -> Any:
+    """A plain Python value from an OTLP ``AnyValue`` (an empty one is protobuf's default: None)."""
+    if "stringValue" in value:
+        return _typed(value["stringValue"], where / "stringValue", str)
+    if "boolValue" in value:
+        return _typed(value["boolValue"], where / "boolValue", bool)
+    if "intValue" in value:
+        raw = _typed(value["intValue"], where / "intValue", (int, str))
+        try:
+            return int(raw)
+        except ValueError:
+            raise (where / "intValue").error(f"expected an integer, got {raw!r}") from None
+    if "doubleValue" in value:
+        raw = _typed(value["doubleValue"], where / "doubleValue", (int, float, str))
+        try:
+            return float(raw)  # protobuf JSON writes NaN and Infinity as strings
+        except ValueError:
+            raise (where / "doubleValue").error(f"expected a number, got {raw!r}") from None
+    if "arrayValue" in value:
+        array = _typed(value["arrayValue"], where / "arrayValue", dict)
+        values = _opt(array, "values", where / "arrayValue", list, [])
+        return [
+            _any_value(
+                _typed(v, where / "arrayValue" / "values" / n, dict), where / "arrayValue" / "values" / n
+            )
+            for n, v in enumerate(values)
+        ]
+    if "kvlistValue" in value:
+        kvlist = _typed(value["kvlistValue"], where / "kvlistValue", dict)
+        return _otlp_attributes(
+            _opt(kvlist, "values", where / "kvlistValue", list, []), where / "kvlistValue"
+        )
+    if "bytesValue" in value:
+        return _typed(value["bytesValue"], where / "bytesValue", str)
+    return None
+
+
+def _nanos(value: Any, where: _Where) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise where.error(f"expected an integer of nanoseconds, got {value!r}")
+
+
+# --- ConsoleSpanExporter (ReadableSpan.to_json) ---------------------------------------------------
+def _console_span(span: Mapping[str, Any], where: _Where) -> SpanRecord:
+    context = _get(span, "context", where, dict)
+    status = _opt(span, "status", where, dict, {})
+    links = _opt(span, "links", where, list, [])
+    return SpanRecord(
+        trace_id=_prefixed_hex(
+            _get(context, "trace_id", where / "context", str), where / "context" / "trace_id"
+        ),
+        span_id=_prefixed_hex(
+            _get(context, "span_id", where / "context", str), where / "context" / "span_id"
+        ),
+        parent_id=(
+            _prefixed_hex(span["parent_id"], where / "parent_id")
+            if isinstance(span.get("parent_id"), str)
+            else None
+        ),
+        name=_get(span, "name", where, str),
+        start_ns=_iso_nanos(span.get("start_time"), where / "start_time"),
+        end_ns=_iso_nanos(span.get("end_time"), where / "end_time"),
+        status=str(_opt(status, "status_code", where / "status", str, "UNSET")).removeprefix("STATUS_CODE_"),
+        attributes=dict(_opt(span, "attributes", where, dict, {})),
+        links=tuple(_console_link(link, where / "links" / n) for n, link in enumerate(links)),
+    )
+
+
+def _console_link(link: Any, where: _Where) -> str:
+    context = _get(_typed(link, where, dict), "context", where, dict)
+    return _prefixed_hex(_get(context, "span_id", where / "context", str), where / "context" / "span_id")
+
+
+def _prefixed_hex(value: str, where: _Where) -> str:
+    digits = value.lower().removeprefix("0x")
+    try:
+        bytes.fromhex(digits)
+    except ValueError:
+        raise where.error(f"expected a hex id, got {value!r}") from None
+    return digits
+
+
+def _iso_nanos(value: Any, where: _Where) -> int | None:
+    """Unix ns from an ISO 8601 time (microsecond precision, as the console exporter and Phoenix write)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise where.error(f"expected an ISO 8601 time, got {_kind(value)}")
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise where.error(f"expected an ISO 8601 time, got {value!r}") from None
+    if moment.tzinfo is None:
+        raise where.error(f"time {value!r} has no time zone")
+    return math.floor(moment.timestamp()) * 1_000_000_000 + moment.microsecond * 1000
+
+
+# --- Phoenix and Jaeger responses -----------------------------------------------------------------
+def _data_response(document: Mapping[str, Any], where: _Where) -> list[SpanRecord]:
+    """``{"data": [...]}``: Jaeger traces (items with ``spans``) or Phoenix spans (items with ``context``)."""
+    data = document.get("data")
+    if data is None:
+        errors = document.get("errors") or []
+        message = "; ".join(str(e.get("msg", e)) if isinstance(e, dict) else str(e) for e in errors)
+        raise (where / "data").error(f"no data{f': {message}' if message else ''}")
+    _typed(data, where / "data", list)
+    spans: list[SpanRecord] = []
+    for index, item in enumerate(data):
+        at = where / "data" / index
+        _typed(item, at, dict)
+        if "spans" in item:
+            spans.extend(_jaeger_trace(item, at))
+        elif "context" in item:
+            spans.append(_phoenix_span(item, at))
+        else:
+            raise at.error("neither a Jaeger trace (spans) nor a Phoenix span (context)")
+    return spans
+
+
+def _phoenix_span(span: Mapping[str, Any], where: _Where) -> SpanRecord:
+    """A span of Phoenix's REST API. Phoenix keeps no links; attributes may come nested."""
+    context = _get(span, "context", where, dict)
+    parent = span.get("parent_id")
+    return SpanRecord(
+        trace_id=_prefixed_hex(
+            _get(context, "trace_id", where / "context", str), where / "context" / "trace_id"
+        ),
+        span_id=_prefixed_hex(
+            _get(context, "span_id", where / "context", str), where / "context" / "span_id"
+        ),
+        parent_id=_prefixed_hex(parent, where / "parent_id") if isinstance(parent, str) and parent else None,
+        name=_get(span, "name", where, str),
+        start_ns=_iso_nanos(span.get("start_time"), where / "start_time"),
+        end_ns=_iso_nanos(span.get("end_time"), where / "end_time"),
+        status=_opt(span, "status_code", where, str, "UNSET"),
+        attributes=_flatten(_opt(span, "attributes", where, dict, {})),
+    )
+
+
+def _flatten(attributes: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in attributes.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _jaeger_trace(trace: Mapping[str, Any], where: _Where) -> list[SpanRecord]:
+    spans: list[SpanRecord] = []
+    for index, span in enumerate(_get(trace, "spans", where, list)):
+        spans.append(_jaeger_span(span, where / "spans" / index))
+    return spans
+
+
+def _jaeger_span(span: Any, where: _Where) -> SpanRecord:
+    """A span of Jaeger's query API: the first CHILD_OF reference is the parent, the rest are links."""
+    _typed(span, where, dict)
+    parent: str | None = None
+    links: list[str] = []
+    for n, reference in enumerate(_opt(span, "references", where, list, [])):
+        at = where / "references" / n
+        _typed(reference, at, dict)
+        span_id = _prefixed_hex(_get(reference, "spanID", at, str), at / "spanID")
+        if parent is None and reference.get("refType") == "CHILD_OF":
+            parent = span_id
+        else:
+            links.append(span_id)
+    tags: dict[str, Any] = {}
+    for n, tag in enumerate(_opt(span, "tags", where, list, [])):
+        at = where / "tags" / n
+        _typed(tag, at, dict)
+        tags[_get(tag, "key", at, str)] = tag.get("value")
+    start_us = _opt(span, "startTime", where, int, None)
+    duration_us = _opt(span, "duration", where, int, None)
+    status = str(tags.pop("otel.status_code", "")).upper()
+    if not status:
+        status = "ERROR" if tags.get("error") is True else "UNSET"
+    return SpanRecord(
+        trace_id=_prefixed_hex(_get(span, "traceID", where, str), where / "traceID").rjust(32, "0"),
+        span_id=_prefixed_hex(_get(span, "spanID", where, str), where / "spanID").rjust(16, "0"),
+        parent_id=parent.rjust(16, "0") if parent else None,
+        name=_get(span, "operationName", where, str),
+        start_ns=start_us * 1000 if start_us is not None else None,
+        end_ns=(start_us + duration_us) * 1000 if start_us is not None and duration_us is not None else None,
+        status=status,
+        attributes=tags,
+        links=tuple(link.rjust(16, "0") for link in links),
+    )
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+def _read_url(url: str) -> list[SpanRecord]:
+    """Spans behind a URL, following Phoenix's ``next_cursor`` pages."""
+    spans: list[SpanRecord] = []
+    seen: set[str] = set()
+    page_url = url
+    for page in range(1, _MAX_PAGES + 1):
+        document = _get_json(page_url)
+        origin = "response" if page == 1 else f"page {page}"
+        spans.extend(_from_document(document, origin))
+        cursor = document.get("next_cursor") if isinstance(document, dict) else None
+        if not cursor or not isinstance(cursor, str) or cursor in seen:
+            return spans
+        seen.add(cursor)
+        page_url = _with_query(url, cursor=cursor)
+    raise SpanSourceError(f"more than {_MAX_PAGES} pages: narrow the query (a larger limit, fewer spans)")
+
+
+def _get_json(url: str) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT) as response:
+            body = response.read()
+    except urllib.error.HTTPError as exc:
+        raise SpanSourceError(f"HTTP {exc.code} {exc.reason}") from None
+    except urllib.error.URLError as exc:
+        raise SpanSourceError(f"cannot connect: {exc.reason}") from None
+    except (OSError, ValueError) as exc:
+        raise SpanSourceError(f"cannot read: {exc}") from None
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SpanSourceError(f"the response is not JSON: {exc}") from None
+
+
+def _with_query(url: str, **params: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    query = dict(urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    query.update(params)
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))

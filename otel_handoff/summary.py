@@ -1,0 +1,523 @@
+"""``otel-handoff summary``: how handoffs did across many calls, from spans already exported.
+
+Reads ``agent_handoff`` spans (and their ``on_enter`` children and linked ``first_speech``
+spans) from a file or a backend (see :mod:`otel_handoff._span_sources`), groups them by
+framework and from → to agent pair, and reports per pair: count, outcomes, reuse rates and
+p50 / p95 / max / mean of the handoff duration and of each phase.
+
+Percentiles are **nearest-rank**: the p-th percentile of n values is the ⌈p·n/100⌉-th smallest,
+always a value that was observed (so p50 ≤ p95 ≤ max, and one handoff gives one number).
+
+Phases come from the handoff span's ``agent_handoff.<phase>.duration`` attributes, ``on_enter``
+from the child span's
+``agent_handoff.on_enter.duration`` and ``first_speech`` from the linked span's
+``agent_handoff.first_speech.delay``. Phoenix keeps no links: there, a ``first_speech`` span is
+matched to the handoff with the same parent that started at the same microsecond (it starts
+when the handoff is requested). As in the ``agent_handoff.phase.duration`` metric, queue and lock
+waits count only the handoffs that waited (the span says 0 for the others): their ``n`` is how
+many handoffs waited.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import semconv as sc
+from ._span_sources import SpanRecord, SpanSourceError, read_spans
+
+__all__ = [
+    "PHASE_NAMES",
+    "Handoff",
+    "PairSummary",
+    "Stats",
+    "collect_handoffs",
+    "percentile",
+    "render_chart",
+    "render_csv",
+    "render_json",
+    "render_table",
+    "summarize",
+]
+
+# in the order a handoff goes through them
+PHASE_NAMES = (
+    "queue_wait",
+    "lock_wait",
+    "drain",
+    "pause",
+    "close",
+    "start",
+    "resume",
+    sc.PHASE_ON_ENTER,
+    sc.PHASE_FIRST_SPEECH,
+)
+_PHASE_ATTRIBUTES = {
+    "queue_wait": sc.QUEUE_WAIT_DURATION,
+    "lock_wait": sc.LOCK_WAIT_DURATION,
+    **{phase: attribute for phase, (_, attribute) in sc.PHASES.items()},
+}
+REUSE_FLAGS = {
+    "stt": sc.STT_REUSED,
+    "realtime_session": sc.REALTIME_SESSION_REUSED,
+    "turn_detector": sc.TURN_DETECTOR_REUSED,
+}
+OUTCOMES = (sc.OUTCOME_COMPLETED, sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED, sc.OUTCOME_SKIPPED)
+NONE_AGENT = "(none)"  # an AG2 handoff that ended the chat has no target agent
+CHART_WIDTH = 40
+_LINKED_START_TOLERANCE_NS = 1_000  # backends round times to the microsecond
+_WAITS = ("queue_wait", "lock_wait")  # phases that only count when they happened (> 0)
+
+
+class SummaryError(Exception):
+    """A handoff span whose attributes do not follow the schema: a one-line reason."""
+
+
+# --- one handoff ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Handoff:
+    """What the summary needs of one ``agent_handoff`` span. Times are in seconds."""
+
+    framework: str
+    from_agent: str
+    to_agent: str
+    via: str  # agent_handoff.trigger (LiveKit) or agent_handoff.kind (AG2)
+    outcome: str
+    duration: float | None
+    phases: Mapping[str, float] = field(default_factory=dict)
+    reuse: Mapping[str, bool] = field(default_factory=dict)
+
+    @property
+    def pair(self) -> tuple[str, str, str]:
+        return (self.framework, self.from_agent, self.to_agent)
+
+
+def collect_handoffs(spans: Iterable[SpanRecord]) -> list[Handoff]:
+    """Every ``agent_handoff`` span in ``spans`` with its on_enter and first_speech times.
+
+    A span seen twice (overlapping queries, an exporter's retry) counts once.
+    """
+    spans = list({(s.trace_id, s.span_id): s for s in spans}.values())
+    handoffs = [s for s in spans if s.name == sc.SPAN_HANDOFF]
+    on_enter: dict[tuple[str, str], SpanRecord] = {}
+    first_speech: dict[tuple[str, str], SpanRecord] = {}
+    unlinked_speech: list[SpanRecord] = []
+    for span in spans:
+        if span.name == sc.SPAN_ON_ENTER and span.parent_id:
+            on_enter.setdefault((span.trace_id, span.parent_id), span)
+        elif span.name == sc.SPAN_FIRST_SPEECH:
+            if span.links:
+                for link in span.links:
+                    first_speech.setdefault((span.trace_id, link), span)
+            else:
+                unlinked_speech.append(span)
+    for speech in unlinked_speech:
+        handoff = _same_request(speech, handoffs)
+        if handoff is not None:
+            first_speech.setdefault((handoff.trace_id, handoff.span_id), speech)
+
+    result = []
+    for span in sorted(handoffs, key=lambda s: (s.start_ns or 0, s.span_id)):
+        key = (span.trace_id, span.span_id)
+        phases = {
+            phase: _seconds(span, attribute)
+            for phase, attribute in _PHASE_ATTRIBUTES.items()
+            if span.attributes.get(attribute) is not None
+        }
+        phases = {phase: value for phase, value in phases.items() if value > 0 or phase not in _WAITS}
+        for phase, spans_by_key, attribute in (
+            (sc.PHASE_ON_ENTER, on_enter, sc.ON_ENTER_DURATION),
+            (sc.PHASE_FIRST_SPEECH, first_speech, sc.FIRST_SPEECH_DELAY),
+        ):
+            related = spans_by_key.get(key)
+            if related is not None and (seconds := _span_seconds(related, attribute)) is not None:
+                phases[phase] = seconds
+        attributes = span.attributes
+        outcome = attributes.get(sc.OUTCOME)
+        if outcome is None:
+            outcome = sc.OUTCOME_ERROR if span.status == "ERROR" else "unknown"
+        result.append(
+            Handoff(
+                framework=str(attributes.get(sc.FRAMEWORK) or "unknown"),
+                from_agent=str(attributes.get(sc.GEN_AI_HANDOFF_FROM_AGENT) or NONE_AGENT),
+                to_agent=str(attributes.get(sc.GEN_AI_HANDOFF_TO_AGENT) or NONE_AGENT),
+                via=str(attributes.get(sc.TRIGGER) or attributes.get(sc.KIND) or "?"),
+                outcome=str(outcome),
+                duration=_span_seconds(span, sc.DURATION),
+                phases={phase: phases[phase] for phase in PHASE_NAMES if phase in phases},
+                reuse={
+                    name: _flag(span, attribute)
+                    for name, attribute in REUSE_FLAGS.items()
+                    if attributes.get(attribute) is not None
+                },
+            )
+        )
+    return result
+
+
+def _same_request(speech: SpanRecord, handoffs: Sequence[SpanRecord]) -> SpanRecord | None:
+    """The handoff a link-less first_speech span belongs to: same parent, same start."""
+    if speech.start_ns is None:
+        return None
+    for handoff in handoffs:
+        if (
+            handoff.trace_id == speech.trace_id
+            and handoff.parent_id == speech.parent_id
+            and handoff.start_ns is not None
+            and abs(handoff.start_ns - speech.start_ns) <= _LINKED_START_TOLERANCE_NS
+        ):
+            return handoff
+    return None
+
+
+def _seconds(span: SpanRecord, attribute: str) -> float:
+    value = span.attributes.get(attribute)
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise _bad(span, attribute, "a number of seconds", value)
+    try:
+        seconds = float(value)  # Jaeger and others may keep numbers as strings
+    except ValueError:
+        raise _bad(span, attribute, "a number of seconds", value) from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise _bad(span, attribute, "a non-negative number of seconds", value)
+    return seconds
+
+
+def _span_seconds(span: SpanRecord, attribute: str) -> float | None:
+    """The span's duration attribute, else its own end - start; None when it has neither."""
+    if span.attributes.get(attribute) is not None:
+        return _seconds(span, attribute)
+    if span.start_ns is not None and span.end_ns is not None:
+        return max(0, span.end_ns - span.start_ns) / 1e9
+    return None
+
+
+def _flag(span: SpanRecord, attribute: str) -> bool:
+    value = span.attributes[attribute]
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _bad(span, attribute, "a boolean", value)
+
+
+def _bad(span: SpanRecord, attribute: str, wanted: str, value: Any) -> SummaryError:
+    return SummaryError(f"span {span.span_id} ({span.name}): {attribute}: expected {wanted}, got {value!r}")
+
+
+# --- statistics -----------------------------------------------------------------------------------
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of ``values`` (non-empty): the ⌈p·n/100⌉-th smallest."""
+    if not values:
+        raise ValueError("percentile of no values")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Count, nearest-rank p50 and p95, max and mean of some durations (seconds)."""
+
+    count: int
+    p50: float
+    p95: float
+    max: float
+    mean: float
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Stats | None:
+        if not values:
+            return None
+        return cls(
+            len(values),
+            percentile(values, 50),
+            percentile(values, 95),
+            max(values),
+            math.fsum(values) / len(values),
+        )
+
+
+@dataclass(frozen=True)
+class PairSummary:
+    """The handoffs of one framework's from → to agent pair."""
+
+    framework: str
+    from_agent: str
+    to_agent: str
+    count: int
+    via: Mapping[str, int]
+    outcomes: Mapping[str, int]
+    duration: Stats | None
+    phases: Mapping[str, Stats]
+    reuse: Mapping[str, tuple[int, int]]  # flag -> (reused, handoffs that report it)
+
+    @property
+    def label(self) -> str:
+        return f"{self.from_agent} → {self.to_agent}"
+
+
+def summarize(handoffs: Iterable[Handoff]) -> list[PairSummary]:
+    """One :class:`PairSummary` per framework and from → to pair, sorted by those names."""
+    groups: dict[tuple[str, str, str], list[Handoff]] = {}
+    for handoff in handoffs:
+        groups.setdefault(handoff.pair, []).append(handoff)
+    pairs = []
+    for (framework, from_agent, to_agent), group in sorted(groups.items()):
+        phases = {
+            phase: stats
+            for phase in PHASE_NAMES
+            if (stats := Stats.of([h.phases[phase] for h in group if phase in h.phases])) is not None
+        }
+        reuse = {}
+        for flag in REUSE_FLAGS:
+            reported = [h.reuse[flag] for h in group if flag in h.reuse]
+            if reported:
+                reuse[flag] = (sum(reported), len(reported))
+        outcomes = Counter(h.outcome for h in group)
+        pairs.append(
+            PairSummary(
+                framework=framework,
+                from_agent=from_agent,
+                to_agent=to_agent,
+                count=len(group),
+                via=dict(sorted(Counter(h.via for h in group).items())),
+                outcomes={**{o: outcomes.get(o, 0) for o in OUTCOMES}, **outcomes},
+                duration=Stats.of([h.duration for h in group if h.duration is not None]),
+                phases=phases,
+                reuse=reuse,
+            )
+        )
+    return pairs
+
+
+# --- rendering for people -------------------------------------------------------------------------
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.2f}"
+
+
+def _rate(reuse: tuple[int, int] | None) -> str:
+    if reuse is None:
+        return "—"
+    reused, total = reuse
+    return f"{100 * reused / total:.0f}%"
+
+
+def _via(pair: PairSummary) -> str:
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in pair.via.items())
+
+
+def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
+    """Rows aligned under ``header``; columns in ``right`` are right-aligned (numbers)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return [line(header), *(line(r) for r in rows)]
+
+
+def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
+    """An overview line per pair, then each pair's phase table (milliseconds)."""
+    total = sum(p.count for p in pairs)
+    noun = "handoff" if total == 1 else "handoffs"
+    where = f" in {source}" if source else ""
+    pair_noun = "agent pair" if len(pairs) == 1 else "agent pairs"
+    lines = [f"{total} {noun}, {len(pairs)} {pair_noun}{where} · percentiles nearest-rank · times in ms", ""]
+    header = [
+        "framework",
+        "from → to",
+        "via",
+        "n",
+        "p50",
+        "p95",
+        "max",
+        "err",
+        "rej",
+        "skip",
+        "stt",
+        "realtime",
+        "turn",
+    ]
+    rows = []
+    for pair in pairs:
+        d = pair.duration
+        rows.append(
+            [
+                pair.framework,
+                pair.label,
+                _via(pair),
+                str(pair.count),
+                _ms(d.p50 if d else None),
+                _ms(d.p95 if d else None),
+                _ms(d.max if d else None),
+                str(pair.outcomes.get(sc.OUTCOME_ERROR, 0)),
+                str(pair.outcomes.get(sc.OUTCOME_REJECTED, 0)),
+                str(pair.outcomes.get(sc.OUTCOME_SKIPPED, 0)),
+                _rate(pair.reuse.get("stt")),
+                _rate(pair.reuse.get("realtime_session")),
+                _rate(pair.reuse.get("turn_detector")),
+            ]
+        )
+    lines += _columns(header, rows, right={3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+    lines.append(
+        "err/rej/skip: outcome error, rejected, skipped · stt/realtime/turn: share of handoffs that reused it"
+    )
+
+    for pair in pairs:
+        lines += [
+            "",
+            f"{pair.label}  ({pair.framework}, {pair.count} {'handoff' if pair.count == 1 else 'handoffs'})",
+        ]
+        stats = [("total", pair.duration), *pair.phases.items()]
+        rows = [
+            [name, str(s.count), _ms(s.p50), _ms(s.p95), _ms(s.max), _ms(s.mean)]
+            for name, s in stats
+            if s is not None
+        ]
+        lines += [
+            "  " + row
+            for row in _columns(["phase", "n", "p50", "p95", "max", "mean"], rows, right={1, 2, 3, 4, 5})
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_chart(pairs: Sequence[PairSummary], width: int = CHART_WIDTH) -> str:
+    """Bars of the mean time of each phase, per pair, on one scale across all pairs (ms)."""
+    means = [s.mean for p in pairs for s in p.phases.values()]
+    scale = max(means, default=0.0)
+    label_width = max((len(name) for name in PHASE_NAMES), default=0)
+    lines = [
+        f"mean phase time per pair in ms (a full bar is {_ms(scale)} ms;"
+        " each phase averaged over the handoffs that had it)"
+    ]
+    for pair in pairs:
+        lines += ["", f"{pair.label}  ({pair.framework})"]
+        if not pair.phases:
+            lines.append("  (no phases recorded: AG2 handoffs are one step)")
+        for name, stats in pair.phases.items():
+            bar = _bar(stats.mean / scale if scale else 0.0, width)
+            lines.append(f"  {name:<{label_width}} │{bar}│ {_ms(stats.mean):>8}")
+    return "\n".join(lines) + "\n"
+
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def _bar(fraction: float, width: int) -> str:
+    """A bar from the left, in eighths of a cell; any non-zero value shows at least a sliver."""
+    eighths = round(min(max(fraction, 0.0), 1.0) * width * 8)
+    if fraction > 0:
+        eighths = max(eighths, 1)
+    full, part = divmod(eighths, 8)
+    return ("█" * full + (_EIGHTHS[part] if part else "")).ljust(width)
+
+
+# --- rendering for machines -----------------------------------------------------------------------
+def _stats_dict(stats: Stats | None) -> dict[str, float | int] | None:
+    if stats is None:
+        return None
+    return {"count": stats.count, "p50": stats.p50, "p95": stats.p95, "max": stats.max, "mean": stats.mean}
+
+
+def render_json(pairs: Sequence[PairSummary], source: str = "") -> str:
+    """The summary as one JSON document; durations in seconds."""
+    document = {
+        "source": source,
+        "handoffs": sum(p.count for p in pairs),
+        "unit": "s",
+        "percentiles": "nearest-rank",
+        "pairs": [
+            {
+                "framework": p.framework,
+                "from_agent": p.from_agent,
+                "to_agent": p.to_agent,
+                "count": p.count,
+                "via": dict(p.via),
+                "outcomes": dict(p.outcomes),
+                "duration": _stats_dict(p.duration),
+                "phases": {name: _stats_dict(s) for name, s in p.phases.items()},
+                "reuse": {
+                    flag: {"reused": reused, "of": total, "rate": reused / total}
+                    for flag, (reused, total) in p.reuse.items()
+                },
+            }
+            for p in pairs
+        ],
+    }
+    return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+_STAT_FIELDS = ("count", "p50", "p95", "max", "mean")
+
+
+def csv_header() -> list[str]:
+    """The CSV columns: the same for every input, so files from different runs line up."""
+    return [
+        "framework",
+        "from_agent",
+        "to_agent",
+        "count",
+        "via",
+        *OUTCOMES,
+        *(f"{flag}_reuse_rate" for flag in REUSE_FLAGS),
+        *(f"duration_{f}" + ("" if f == "count" else "_s") for f in _STAT_FIELDS),
+        *(f"{phase}_{f}" + ("" if f == "count" else "_s") for phase in PHASE_NAMES for f in _STAT_FIELDS),
+    ]
+
+
+def render_csv(pairs: Sequence[PairSummary]) -> str:
+    """One row per pair, durations in seconds; empty cells where a pair lacks a phase or flag."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(csv_header())
+    for p in pairs:
+        row: list[Any] = [
+            p.framework,
+            p.from_agent,
+            p.to_agent,
+            p.count,
+            " ".join(f"{k}:{n}" for k, n in p.via.items()),
+        ]
+        row += [p.outcomes.get(outcome, 0) for outcome in OUTCOMES]
+        row += [(r[0] / r[1]) if (r := p.reuse.get(flag)) else "" for flag in REUSE_FLAGS]
+        for stats in (p.duration, *(p.phases.get(phase) for phase in PHASE_NAMES)):
+            row += [getattr(stats, f) if stats else "" for f in _STAT_FIELDS]
+        writer.writerow(row)
+    return out.getvalue()
+
+
+# --- the command ----------------------------------------------------------------------------------
+FORMATS = ("table", "json", "csv")
+
+
+def run(source: str, *, output_format: str = "table", chart_only: bool = False) -> tuple[int, str, str]:
+    """Summarize ``source``: (exit code, standard output, one-line error or note for stderr).
+
+    Exit codes: 0 printed a summary, 1 no handoff spans, 2 the source is unreadable or malformed.
+    """
+    try:
+        spans = read_spans(source)
+        handoffs = collect_handoffs(spans)
+    except (SpanSourceError, SummaryError) as exc:
+        return 2, "", f"otel-handoff summary: {source}: {exc}"
+    if not handoffs:
+        what = f"{len(spans)} spans, none named {sc.SPAN_HANDOFF}" if spans else "no spans"
+        return 1, "", f"otel-handoff summary: {source}: no handoff spans ({what})"
+    pairs = summarize(handoffs)
+    if output_format == "json":
+        return 0, render_json(pairs, source), ""
+    if output_format == "csv":
+        return 0, render_csv(pairs), ""
+    if chart_only:
+        return 0, render_chart(pairs), ""
+    return 0, render_table(pairs, source) + "\n" + render_chart(pairs), ""
