@@ -1,0 +1,191 @@
+"""``OTEL_HANDOFF_AUTO_INSTRUMENT=true``: handoff tracing for an agent nobody edits.
+
+``otel_handoff_auto.pth`` (installed at the root of site-packages) imports this module at
+interpreter start only when the variable is set to something other than a false value, so an
+unset variable costs one ``os.environ`` read. :func:`start` then registers wrapt post-import
+hooks: each framework is instrumented when it is first imported, before or after any user code,
+and exporting is configured from the standard ``OTEL_*`` variables when the first session or
+chat starts — late enough for an application that installs its own provider to have done so.
+
+Never raises at start-up: a bad value, a missing or unsupported framework each give one warning
+line and the app runs uninstrumented.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+ENV = "OTEL_HANDOFF_AUTO_INSTRUMENT"
+TRUE_VALUES = ("true", "1", "yes")
+FALSE_VALUES = ("", "false", "0", "no", "off")
+DISABLED_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"  # the opentelemetry-instrument convention
+# present when `opentelemetry-instrument` runs the process: it loads our entry points itself
+_OTEL_INSTRUMENT_MODULE = "opentelemetry.instrumentation.auto_instrumentation"
+
+_LOG = logging.getLogger("otel_handoff")
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework auto-instrumentation covers."""
+
+    entry_point: str  # name in the `opentelemetry_instrumentor` group
+    module: str  # first import that triggers instrumentation
+    instrumentor: str  # "module:Class"
+    extra: str  # `pip install 'otel-handoff[extra]'`
+    distributions: tuple[str, ...]  # any of these installs the framework
+    # (module, "Class.method") where a session or chat starts: exporting is configured there
+    starts_at: tuple[tuple[str, str], ...]
+
+
+FRAMEWORKS = (
+    Framework(
+        "livekit_handoff",
+        "livekit.agents",
+        "otel_handoff.livekit:LiveKitHandoffInstrumentor",
+        "livekit",
+        ("livekit-agents",),
+        (("livekit.agents.voice.agent_session", "AgentSession.start"),),
+    ),
+    Framework(
+        "ag2_handoff",
+        "autogen",
+        "otel_handoff.ag2:AG2HandoffInstrumentor",
+        "ag2",
+        ("ag2", "autogen"),
+        (
+            ("autogen.agentchat.groupchat", "GroupChatManager.run_chat"),
+            ("autogen.agentchat.groupchat", "GroupChatManager.a_run_chat"),
+        ),
+    ),
+)
+
+
+def requested() -> bool | None:
+    """True/False for a valid value of the variable, None for one that is not understood."""
+    value = os.environ.get(ENV, "").strip().lower()
+    if value in TRUE_VALUES:
+        return True
+    if value in FALSE_VALUES:
+        return False
+    return None
+
+
+def disabled_entry_points() -> set[str]:
+    return {name.strip() for name in os.environ.get(DISABLED_ENV, "").split(",") if name.strip()}
+
+
+_started = False
+
+
+def start() -> None:
+    """Called by the .pth hook at interpreter start; never raises, runs once.
+
+    Once: a venv's ``lib64`` symlink makes ``site`` process the same .pth file twice.
+    """
+    global _started
+    if _started:
+        return
+    _started = True
+    try:
+        wanted = requested()
+        if wanted is None:
+            _LOG.warning(
+                "otel-handoff: %s=%r is not understood; use true, 1 or yes (or unset it). "
+                "Handoffs are not traced.",
+                ENV,
+                os.environ.get(ENV),
+            )
+            return
+        if not wanted:
+            return
+        import wrapt
+
+        if not any(installed(framework) for framework in FRAMEWORKS):
+            _LOG.warning(
+                "otel-handoff: %s is set but no supported framework is installed; "
+                "pip install 'otel-handoff[livekit]' (or [ag2]). Nothing is traced.",
+                ENV,
+            )
+            return
+        skipped = disabled_entry_points()
+        for framework in FRAMEWORKS:
+            if framework.entry_point in skipped:
+                _LOG.debug("otel-handoff: %s disabled by %s", framework.entry_point, DISABLED_ENV)
+                continue
+            wrapt.register_post_import_hook(functools.partial(_on_import, framework), framework.module)
+    except Exception as exc:
+        _LOG.warning("otel-handoff: auto-instrumentation could not start (%s: %s)", type(exc).__name__, exc)
+
+
+def installed(framework: Framework) -> str | None:
+    """Version of the installed distribution of ``framework``, read without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for distribution in framework.distributions:
+        try:
+            return version(distribution)
+        except PackageNotFoundError:
+            continue
+    return None
+
+
+def instrumentor_class(framework: Framework) -> Any:
+    module, _, name = framework.instrumentor.partition(":")
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+def unsupported(framework: Framework, instrumentor: Any) -> str | None:
+    """One line saying why the installed framework cannot be instrumented, or None."""
+    from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
+    conflict = get_dependency_conflicts(instrumentor.instrumentation_dependencies())
+    if conflict is None:
+        return None
+    return (
+        f"otel-handoff: {conflict}; handoffs are not traced. "
+        f"Install a supported release: pip install 'otel-handoff[{framework.extra}]'"
+    )
+
+
+def _on_import(framework: Framework, module: Any) -> None:
+    """Post-import hook: instrument the framework just imported, configure export lazily."""
+    try:
+        if _OTEL_INSTRUMENT_MODULE in sys.modules:
+            return  # opentelemetry-instrument loads the entry points (and honours its own settings)
+        instrumentor = instrumentor_class(framework)()
+        if instrumentor.is_instrumented_by_opentelemetry:
+            return
+        problem = unsupported(framework, instrumentor)
+        if problem is not None:
+            _LOG.warning(problem)
+            return
+        instrumentor.instrument()
+        _configure_when_started(framework)
+    except Exception as exc:
+        from ._faults import report
+
+        report(f"auto-instrumentation of {framework.entry_point}", exc)
+
+
+def _configure_when_started(framework: Framework) -> None:
+    from wrapt import wrap_function_wrapper
+
+    for module, name in framework.starts_at:
+        try:
+            wrap_function_wrapper(module, name, _configure_then_call)
+        except (ImportError, AttributeError):
+            _LOG.debug("otel-handoff: no %s.%s to configure exporting at", module, name)
+
+
+def _configure_then_call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """The first session or chat: set up exporting unless the app installed a provider."""
+    from . import configure
+
+    configure(instrument=False)  # idempotent; never replaces an application's provider
+    return wrapped(*args, **kwargs)

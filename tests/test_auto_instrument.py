@@ -1,0 +1,171 @@
+"""No code changes: OTEL_HANDOFF_AUTO_INSTRUMENT and `opentelemetry-instrument`, as real subprocesses.
+
+An unmodified offline agent (tests/scripts/offline_agent.py) is run the way a user runs
+`python agent.py`, exporting over OTLP to a real collector (rotel), whose output is read back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from receivers import Rotel, wait_until
+
+from otel_handoff import _auto
+from otel_handoff import semconv as sc
+
+AGENT = Path(__file__).parent / "scripts" / "offline_agent.py"
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def rotel(tmp_path: Path) -> Iterator[Rotel]:
+    collector = Rotel.start(tmp_path / "rotel")
+    yield collector
+    collector.stop()
+
+
+def run(command: list[str], rotel: Rotel | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run with a clean OTEL_* environment plus `env`, exporting to `rotel` if given."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    if rotel is not None:
+        base |= {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+            "OTEL_METRICS_EXPORTER": "none",
+            "OTEL_LOGS_EXPORTER": "none",
+            "OTEL_SERVICE_NAME": "auto-agent",
+        }
+    result = subprocess.run(
+        command, env=base | env, capture_output=True, text=True, timeout=120, cwd=AGENT.parent
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "current agent: Billing" in result.stdout, "the agent itself must still work"
+    return result
+
+
+def handoffs(rotel: Rotel, expect: int) -> list[dict[str, Any]]:
+    """Handoff spans that reached the collector (waits for `expect` of them, bounded)."""
+    if expect == 0:
+        # the process has exited and flushed: the LiveKit spans prove the export worked
+        wait_until(lambda: any(s["name"] == "agent_session" for s in rotel.spans()), "LiveKit's spans")
+    else:
+        wait_until(
+            lambda: len([s for s in rotel.spans() if s["name"] == sc.SPAN_HANDOFF]) >= expect,
+            "handoff spans at the collector",
+        )
+    return [s for s in rotel.spans() if s["name"] == sc.SPAN_HANDOFF]
+
+
+@pytest.mark.parametrize("order", ["livekit-first", "otel-handoff-first"])
+def test_variable_alone_exports_handoffs(rotel: Rotel, order: str) -> None:
+    flags = ["--otel-handoff-first"] if order == "otel-handoff-first" else []
+    result = run([sys.executable, str(AGENT), *flags], rotel, OTEL_HANDOFF_AUTO_INSTRUMENT="true")
+    [handoff] = handoffs(rotel, 1)
+    assert handoff["attributes"][sc.TRIGGER] == "tool"
+    assert handoff["attributes"][sc.GEN_AI_TOOL_NAME] == "transfer"
+    assert handoff["resource"]["service.name"] == "auto-agent"
+    # in the same trace as LiveKit's own spans: one provider for both
+    [session] = [s for s in rotel.spans() if s["name"] == "agent_session"]
+    assert handoff["trace_id"] == session["trace_id"]
+    assert "otel-handoff" not in result.stderr  # nothing to warn about
+
+
+def test_opentelemetry_instrument_picks_up_the_entry_point(rotel: Rotel) -> None:
+    run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)], rotel)
+    [handoff] = handoffs(rotel, 1)
+    assert handoff["attributes"][sc.FRAMEWORK] == "livekit-agents"
+
+
+def test_variable_and_opentelemetry_instrument_instrument_once(rotel: Rotel) -> None:
+    command = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)]
+    result = run(command, rotel, OTEL_HANDOFF_AUTO_INSTRUMENT="yes")
+    assert len(handoffs(rotel, 1)) == 1
+    assert "already instrumented" not in result.stderr
+
+
+def test_disabled_under_opentelemetry_instrument_emits_no_handoffs(rotel: Rotel) -> None:
+    command = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)]
+    run(command, rotel, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="livekit_handoff")
+    assert handoffs(rotel, 0) == []
+
+
+def test_disabled_with_the_variable_instruments_nothing() -> None:
+    probe = (
+        "import livekit.agents.voice.agent_session as s, wrapt; "
+        "print(isinstance(s.AgentSession.__dict__['update_agent'], wrapt.FunctionWrapper))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    for disabled, patched in (("livekit_handoff", "False"), ("", "True"), ("flask,livekit_handoff", "False")):
+        env |= {_auto.ENV: "true", _auto.DISABLED_ENV: disabled}
+        result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+        assert result.stdout.strip() == patched, (disabled, result.stderr)
+
+
+def test_unset_variable_imports_nothing_of_ours() -> None:
+    probe = (
+        "import livekit.agents, sys; print(sorted(m for m in sys.modules if m.startswith('otel_handoff')))"
+    )
+    for value in (None, "false", "0", "no"):
+        env = {k: v for k, v in os.environ.items() if k != _auto.ENV}
+        if value is not None:
+            env[_auto.ENV] = value
+        result = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+        assert result.stdout.strip() == "[]", (value, result.stdout, result.stderr)
+        assert result.stderr == ""
+
+
+def test_bad_value_warns_once_and_runs_uninstrumented(rotel: Rotel) -> None:
+    result = run([sys.executable, str(AGENT)], rotel, OTEL_HANDOFF_AUTO_INSTRUMENT="maybe")
+    warnings = [line for line in result.stderr.splitlines() if "otel-handoff" in line]
+    assert warnings == [
+        "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT='maybe' is not understood; use true, 1 or yes "
+        "(or unset it). Handoffs are not traced."
+    ]
+
+
+def test_unsupported_framework_version_warns_once(rotel: Rotel, tmp_path: Path) -> None:
+    """livekit-agents' metadata claims 0.12 (a dist-info ahead on the path); the code is the real one."""
+    fake = tmp_path / "site" / "livekit_agents-0.12.0.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: livekit-agents\nVersion: 0.12.0\n")
+    result = run(
+        [sys.executable, str(AGENT)],
+        None,
+        OTEL_HANDOFF_AUTO_INSTRUMENT="true",
+        PYTHONPATH=str(tmp_path / "site"),
+        OTEL_TRACES_EXPORTER="none",
+    )
+    warnings = [line for line in result.stderr.splitlines() if "otel-handoff" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "livekit-agents" in warnings[0] and "0.12.0" in warnings[0]
+    assert "pip install 'otel-handoff[livekit]'" in warnings[0]
+
+
+def test_no_framework_installed_warns_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv(_auto.ENV, "true")
+    monkeypatch.setattr(_auto, "installed", lambda framework: None)
+    monkeypatch.setattr(_auto, "_started", False)
+    caplog.set_level(logging.WARNING, logger="otel_handoff")
+    _auto.start()
+    _auto.start()  # a venv's lib64 symlink runs the .pth twice: still one line
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT is set but no supported framework is installed; "
+        "pip install 'otel-handoff[livekit]' (or [ag2]). Nothing is traced."
+    ]
+
+
+def test_the_start_up_hook_is_installed() -> None:
+    import site
+
+    dirs = [*site.getsitepackages(), site.getusersitepackages()]
+    assert any((Path(d) / "otel_handoff_auto.pth").exists() for d in dirs), dirs
+    assert shutil.which("opentelemetry-instrument", path=str(BIN))
