@@ -7,10 +7,11 @@ reuse flags): never ids or anything per call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry import metrics
+from opentelemetry.context import Context
 
 from . import semconv as sc
 from .version import __version__
@@ -37,15 +38,24 @@ class HandoffMetrics:
             sc.METRIC_COUNT, unit="{handoff}", description="Handoffs, by outcome."
         )
 
-    def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any]) -> None:
+    def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any], handoff: Context) -> None:
+        """``handoff``: a context holding the handoff span, so exemplars link to that span."""
         attributes = _pick(span_attributes, sc.METRIC_ATTRIBUTES)
-        self._duration.record(seconds, attributes)
-        self._count.add(1, attributes)
+        self._duration.record(seconds, attributes, context=handoff)
+        self._count.add(1, attributes, context=handoff)
 
-    def record_phase(self, phase: str, seconds: float, span_attributes: Mapping[str, Any]) -> None:
-        attributes = _pick(span_attributes, sc.PHASE_METRIC_ATTRIBUTES)
-        attributes[sc.PHASE] = phase
-        self._phase.record(seconds, attributes)
+    def record_phase(
+        self, phase: str, seconds: float, span_attributes: Mapping[str, Any], handoff: Context
+    ) -> None:
+        self.record_phases(((phase, seconds),), span_attributes, handoff)
+
+    def record_phases(
+        self, phases: Iterable[tuple[str, float]], span_attributes: Mapping[str, Any], handoff: Context
+    ) -> None:
+        """Several phases of one handoff: its attributes are picked once."""
+        common = _pick(span_attributes, sc.PHASE_METRIC_ATTRIBUTES)
+        for phase, seconds in phases:
+            self._phase.record(seconds, {**common, sc.PHASE: phase}, context=handoff)
 
 
 def _pick(attributes: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:

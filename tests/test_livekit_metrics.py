@@ -49,6 +49,10 @@ async def test_metrics_after_real_handoffs(instrumented: Spans, metric_reader: I
     assert by_pair[(triage, billing)].attributes[sc.TRIGGER] == "tool"
     assert by_pair[(triage, billing)].sum >= 0.01  # the slow on_exit is in the drain
     assert all(p.count == 1 for p in duration_points)
+    # exemplars point at the handoff span itself, so a dashboard links a slow bucket to its trace
+    handoff_ids = {h.context.span_id for h in instrumented.handoffs()}
+    for p in duration_points:
+        assert [e.span_id for e in p.exemplars if e.span_id in handoff_ids], p.exemplars
 
     _, count_points = metrics[sc.METRIC_COUNT]
     assert sum(p.value for p in count_points) == 3

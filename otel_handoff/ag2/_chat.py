@@ -205,7 +205,9 @@ class ChatState:
         if error is not None:
             _set_error(span, error)
         span.end(end_time=end_ns)
-        self.telemetry.metrics.record_handoff(attributes[sc.DURATION], attributes)
+        self.telemetry.metrics.record_handoff(
+            attributes[sc.DURATION], attributes, trace.set_span_in_context(span)
+        )
 
 
 def _set_error(span: trace.Span, error: BaseException) -> None:

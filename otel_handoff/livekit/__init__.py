@@ -37,6 +37,13 @@ _GENERATION_MODULE = "livekit.agents.voice.generation"
 _EVENTS_MODULE = "livekit.agents.voice.events"
 _REALTIME_MODULE = "livekit.agents.llm.realtime"
 _STT_MODULE = "livekit.agents.stt.stt"
+_PHASE_METHODS = (
+    ("drain", sc.DRAIN),
+    ("pause", sc.PAUSE),
+    ("aclose", sc.CLOSE),
+    ("start", sc.START),
+    ("resume", sc.RESUME),
+)
 _LIVEKIT_LOGGER = "livekit.agents"  # where the tool executor logs a refused handoff
 
 __all__ = ["LiveKitHandoffInstrumentor"]
@@ -55,11 +62,14 @@ def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
         (_SESSION_MODULE, "AgentSession._update_activity", bound(_wrappers.wrap_update_activity)),
         (_SESSION_MODULE, "AgentSession._update_agent_state", bound(_wrappers.wrap_update_agent_state)),
         (_ACTIVITY_MODULE, "AgentActivity.__init__", _wrappers.wrap_activity_init),
-        (_ACTIVITY_MODULE, "AgentActivity.drain", bound(_wrappers.wrap_drain)),
-        (_ACTIVITY_MODULE, "AgentActivity.pause", bound(_wrappers.wrap_pause)),
-        (_ACTIVITY_MODULE, "AgentActivity.aclose", bound(_wrappers.wrap_aclose)),
-        (_ACTIVITY_MODULE, "AgentActivity.start", bound(_wrappers.wrap_start)),
-        (_ACTIVITY_MODULE, "AgentActivity.resume", bound(_wrappers.wrap_resume)),
+        *(
+            (
+                _ACTIVITY_MODULE,
+                f"AgentActivity.{method}",
+                functools.partial(_wrappers.run_phase, telemetry, phase),
+            )
+            for method, phase in _PHASE_METHODS
+        ),
         (_ACTIVITY_MODULE, "AgentActivity._create_speech_task", _wrappers.wrap_create_speech_task),
         (_GENERATION_MODULE, "make_tool_output", bound(_wrappers.wrap_make_tool_output)),
     ]

@@ -252,7 +252,9 @@ class Handoff:
             start_time=self.start_ns,
         )
         span.end(end_time=max(end_ns, self.start_ns))
-        self.telemetry.metrics.record_phase(sc.PHASE_FIRST_SPEECH, delay, self.attributes)
+        self.telemetry.metrics.record_phase(
+            sc.PHASE_FIRST_SPEECH, delay, self.attributes, self._parent_context
+        )
 
     # --- on_enter --------------------------------------------------------------------
     async def run_on_enter(self, coro: Any) -> Any:
@@ -270,7 +272,9 @@ class Handoff:
             end_ns = time.time_ns()
             seconds = (end_ns - start_ns) / 1e9
             self._emit_child(sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error=error)
-            self.telemetry.metrics.record_phase(sc.PHASE_ON_ENTER, seconds, self.attributes)
+            self.telemetry.metrics.record_phase(
+                sc.PHASE_ON_ENTER, seconds, self.attributes, self._parent_context
+            )
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -340,14 +344,14 @@ class Handoff:
             self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
 
     def _record_metrics(self) -> None:
-        metrics, attributes = self.telemetry.metrics, self.attributes
-        metrics.record_handoff(attributes[sc.DURATION], attributes)
+        metrics, attributes, handoff = self.telemetry.metrics, self.attributes, self._parent_context
+        metrics.record_handoff(attributes[sc.DURATION], attributes, handoff)
+        phases = [(phase, nanoseconds / 1e9) for phase, nanoseconds in self._phase_ns.items()]
         if self.queued:
-            metrics.record_phase(sc.PHASE_QUEUE_WAIT, self.queue_wait_ns / 1e9, attributes)
+            phases.append((sc.PHASE_QUEUE_WAIT, self.queue_wait_ns / 1e9))
         if self.lock_wait_ns:
-            metrics.record_phase(sc.PHASE_LOCK_WAIT, self.lock_wait_ns / 1e9, attributes)
-        for phase, nanoseconds in self._phase_ns.items():
-            metrics.record_phase(phase, nanoseconds / 1e9, attributes)
+            phases.append((sc.PHASE_LOCK_WAIT, self.lock_wait_ns / 1e9))
+        metrics.record_phases(phases, attributes, handoff)
 
     def _reuse_blockers(self) -> dict[str, list[str]]:
         """The reasons arrays, consistent with what actually moved to the new activity."""

@@ -234,9 +234,10 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
     return handoff
 
 
-async def _run_phase(
+async def run_phase(
     telemetry: Telemetry, phase: str, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
+    """Wrapper of AgentActivity.drain/pause/aclose/start/resume: time the phase of a handoff."""
     handoff = CURRENT_HANDOFF.get()
     mark = None
     if handoff is not None:
@@ -255,26 +256,6 @@ async def _run_phase(
     if phase in (sc.START, sc.RESUME) and telemetry.features.connection_metrics:
         guard("reconnect", _watch_reconnects, telemetry, handoff, instance)
     return result
-
-
-async def wrap_drain(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(telemetry, sc.DRAIN, wrapped, instance, args, kwargs)
-
-
-async def wrap_pause(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(telemetry, sc.PAUSE, wrapped, instance, args, kwargs)
-
-
-async def wrap_aclose(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(telemetry, sc.CLOSE, wrapped, instance, args, kwargs)
-
-
-async def wrap_start(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(telemetry, sc.START, wrapped, instance, args, kwargs)
-
-
-async def wrap_resume(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    return await _run_phase(telemetry, sc.RESUME, wrapped, instance, args, kwargs)
 
 
 def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
