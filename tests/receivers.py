@@ -239,13 +239,20 @@ class Rotel:
     output: Path
 
     @classmethod
-    def start(cls, workdir: Path, *, forward_to: str | None = None) -> Rotel:
+    def start(
+        cls,
+        workdir: Path,
+        *,
+        forward_to: str | None = None,
+        ports: tuple[int, int] | None = None,
+    ) -> Rotel:
+        """Start rotel on free loopback ports, or on ``ports`` (gRPC, HTTP) to restart one."""
         agent = rotel_executable()
         if agent is None:
             missing("rotel is not installed in this Python environment")
             raise AssertionError("unreachable")
         workdir.mkdir(parents=True, exist_ok=True)
-        grpc_port, http_port = free_port(), free_port()
+        grpc_port, http_port = ports or (free_port(), free_port())
         exporter = (
             ["--exporter", "otlp", "--otlp-exporter-endpoint", forward_to, "--otlp-exporter-protocol", "grpc"]
             if forward_to
