@@ -159,11 +159,23 @@ def _request_handoff(telemetry: Telemetry, session: Any, args: Any, kwargs: Any)
         session,
         agent,
         trigger=trigger,
-        parent=otel_context.get_current(),
+        parent=_request_context(session),
         sequence=telemetry.next_sequence(session),
         queued=queued,
         tool=tool,
     )
+
+
+def _request_context(session: Any) -> otel_context.Context:
+    """Where the handoff was requested; the session's own trace when nothing was traced there.
+
+    (livekit-agents before 1.3 does not leave its session span current for the app's code.)
+    """
+    current = otel_context.get_current()
+    if trace.get_current_span(current).get_span_context().is_valid:
+        return current
+    root = getattr(session, "_root_span_context", None)
+    return root if root is not None else current
 
 
 def _watch_handoff_task(session: Any, handoff: Handoff) -> None:
@@ -226,7 +238,7 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
         session,
         agent,
         trigger=trigger,
-        parent=otel_context.get_current(),
+        parent=_request_context(session),
         sequence=telemetry.next_sequence(session),
         queued=False,
     )
