@@ -313,3 +313,21 @@ async def test_sequence_counts_per_session(instrumented: Spans) -> None:
             session.update_agent(Support())
             await settle(session)
     assert [h.attributes[sc.SEQUENCE] for h in instrumented.handoffs()] == [1, 1, 2, 2]
+
+
+async def test_handoff_requested_outside_any_trace_joins_the_session_trace(instrumented: Spans) -> None:
+    import contextvars
+
+    async with running(Triage()) as session:
+
+        async def from_elsewhere() -> None:  # e.g. a webhook handler with no span of its own
+            session.update_agent(Billing())
+
+        # a task started from an empty context (create_task's `context=` needs Python 3.11)
+        await contextvars.Context().run(asyncio.create_task, from_elsewhere())
+        await settle(session)
+
+    [handoff] = instrumented.handoffs()
+    [session_span] = instrumented.named("agent_session")
+    assert handoff.context.trace_id == session_span.context.trace_id
+    assert handoff.parent.span_id == session_span.context.span_id
