@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TypeVar
 
 import pytest
 from opentelemetry.context import Context
@@ -20,6 +21,7 @@ METRIC_READER = InMemoryMetricReader(
     preferred_temporality={Counter: AggregationTemporality.DELTA, Histogram: AggregationTemporality.DELTA}
 )
 METER_PROVIDER = MeterProvider(metric_readers=[METRIC_READER])
+T = TypeVar("T")
 EXPORTER = InMemorySpanExporter()
 PROVIDER = TracerProvider()
 PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
@@ -74,6 +76,43 @@ def spans() -> Iterator[Spans]:
     EXPORTER.clear()
     yield Spans(EXPORTER)
     EXPORTER.clear()
+
+
+async def plain_and_traced(provider: TracerProvider, observe: Callable[[], Awaitable[T]]) -> tuple[T, T]:
+    """Run the same scenario without, then with the LiveKit instrumentation, for comparison."""
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+    plain = await observe()
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await observe()
+    finally:
+        instrumentor.uninstrument()
+    return plain, traced
+
+
+# attributes every LiveKit `agent_handoff` span carries (the README's span table)
+HANDOFF_ALWAYS = (
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_HANDOFF_FROM_AGENT,
+    sc.GEN_AI_HANDOFF_TO_AGENT,
+    sc.FROM_AGENT_ID,
+    sc.TO_AGENT_ID,
+    sc.FRAMEWORK,
+    sc.FRAMEWORK_VERSION,
+    sc.PREVIOUS_ACTIVITY,
+    sc.NEW_ACTIVITY,
+    sc.TRIGGER,
+    sc.STT_REUSED,
+    sc.REALTIME_SESSION_REUSED,
+    sc.TURN_DETECTOR_REUSED,
+    sc.QUEUE_WAIT_DURATION,
+    sc.LOCK_WAIT_DURATION,
+    sc.DURATION,
+    sc.OUTCOME,
+    sc.SEQUENCE,
+)
 
 
 @pytest.fixture

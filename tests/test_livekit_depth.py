@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import Spans
+from conftest import Spans, plain_and_traced
 from livekit.agents import AgentSession, llm
 from lk_agents import Billing, CustomSTTNode, Support, Triage, WithTools, transfer_after_update
 from opentelemetry.sdk.trace import ReadableSpan
@@ -302,14 +302,6 @@ async def _observe(scenario: str) -> dict[str, Any]:
     "scenario", ["realtime_reuse", "realtime_update_fails", "realtime_immutable", "stt_per_agent"]
 )
 async def test_framework_behaviour_unchanged(provider: Any, spans: Spans, scenario: str) -> None:
-    from otel_handoff.livekit import LiveKitHandoffInstrumentor
-
-    plain = await _observe(scenario)
-    instrumentor = LiveKitHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        traced = await _observe(scenario)
-    finally:
-        instrumentor.uninstrument()
+    plain, traced = await plain_and_traced(provider, lambda: _observe(scenario))
     assert traced == plain
     assert len(spans.handoffs()) == 1

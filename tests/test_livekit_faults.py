@@ -12,14 +12,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from conftest import OpenSpans, Spans
+from conftest import OpenSpans, Spans, plain_and_traced
 from livekit.agents import AgentSession, llm
 from lk_agents import Billing, HandsOffAgain, Support, Triage, failing, gated
 from opentelemetry.trace import StatusCode
 
 from otel_handoff import semconv as sc
 from otel_handoff._offline import ScriptedLLM
-from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 Scenario = Callable[[AgentSession, list[str]], Awaitable[Any]]
 
@@ -137,13 +136,7 @@ async def observe(name: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
 async def test_fault_outcome_unchanged(name: str, provider: Any, spans: Spans, open_spans: OpenSpans) -> None:
-    plain = await observe(name)
-    instrumentor = LiveKitHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        traced = await observe(name)
-    finally:
-        instrumentor.uninstrument()
+    plain, traced = await plain_and_traced(provider, lambda: observe(name))
     assert traced == plain
 
     assert not open_spans.ours(), "every span we start is ended"

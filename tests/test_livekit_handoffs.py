@@ -9,7 +9,7 @@ from typing import Any
 
 import livekit.agents as livekit
 import pytest
-from conftest import Spans
+from conftest import HANDOFF_ALWAYS, Spans
 from livekit.agents import AgentSession
 from lk_agents import Billing, CollectEmail, Support, Triage, failing, gated, slow
 from opentelemetry import trace
@@ -24,26 +24,6 @@ FEATURES = detect()
 needs_reuse = pytest.mark.skipif(not FEATURES.reuse, reason="resource reuse needs livekit-agents 1.5.3+")
 needs_queue = pytest.mark.skipif(not FEATURES.queue_wait, reason="no queued handoffs before 1.2.1")
 
-ALWAYS = (
-    sc.GEN_AI_OPERATION_NAME,
-    sc.GEN_AI_HANDOFF_FROM_AGENT,
-    sc.GEN_AI_HANDOFF_TO_AGENT,
-    sc.FROM_AGENT_ID,
-    sc.TO_AGENT_ID,
-    sc.FRAMEWORK,
-    sc.FRAMEWORK_VERSION,
-    sc.PREVIOUS_ACTIVITY,
-    sc.NEW_ACTIVITY,
-    sc.TRIGGER,
-    sc.STT_REUSED,
-    sc.REALTIME_SESSION_REUSED,
-    sc.TURN_DETECTOR_REUSED,
-    sc.QUEUE_WAIT_DURATION,
-    sc.LOCK_WAIT_DURATION,
-    sc.DURATION,
-    sc.OUTCOME,
-    sc.SEQUENCE,
-)
 HOLD = 0.05  # seconds a test keeps a lock or a hook busy: the work measured, not a synchronisation
 
 
@@ -69,7 +49,7 @@ async def settle(session: AgentSession) -> None:
 def check_schema(span: ReadableSpan) -> dict[str, Any]:
     """Every always-present attribute is there, and the durations add up."""
     attrs = dict(span.attributes)
-    missing = [key for key in ALWAYS if key not in attrs]
+    missing = [key for key in HANDOFF_ALWAYS if key not in attrs]
     assert not missing, f"missing {missing}"
     assert attrs[sc.GEN_AI_OPERATION_NAME] == "agent_handoff"
     assert attrs[sc.FRAMEWORK] == "livekit-agents"

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 import pytest
-from conftest import Spans
+from conftest import Spans, plain_and_traced
 from livekit.agents import AgentSession, llm, stt
 from livekit.agents.voice import agent_activity, agent_session, events, generation
 from lk_agents import Billing, Support, Triage
@@ -126,13 +126,7 @@ async def _handoff_and_observe(tool_calls: list[str], provider: Any) -> dict[str
 
 @pytest.mark.parametrize("tool_calls", [["transfer"], ["ask_email"]])
 async def test_host_app_sees_no_difference(provider: Any, spans: Spans, tool_calls: list[str]) -> None:
-    plain = await _handoff_and_observe(tool_calls, provider)
-    instrumentor = LiveKitHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-    try:
-        traced = await _handoff_and_observe(tool_calls, provider)
-    finally:
-        instrumentor.uninstrument()
+    plain, traced = await plain_and_traced(provider, lambda: _handoff_and_observe(tool_calls, provider))
     assert traced == plain
     assert len(spans.handoffs()) >= 2
 
