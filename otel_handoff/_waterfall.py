@@ -196,11 +196,15 @@ def _bar(start: float, end: float, width: int) -> str:
 
 
 def _reuse_line(handoff: ReadableSpan) -> str:
-    def flag(key: str) -> str:
+    def flag(key: str, blocked_by: str | None = None) -> str:
         value = _attr(handoff, key)
-        return "?" if value is None else ("yes" if value else "no")
+        if value is None:
+            return "?"
+        reasons = list(_attr(handoff, blocked_by) or ()) if blocked_by and not value else []
+        return ("yes" if value else "no") + (f" ({', '.join(reasons)})" if reasons else "")
 
     return (
-        f"reused: stt {flag(sc.STT_REUSED)} · realtime session {flag(sc.REALTIME_SESSION_REUSED)}"
+        f"reused: stt {flag(sc.STT_REUSED, sc.STT_REUSE_BLOCKED_BY)}"
+        f" · realtime session {flag(sc.REALTIME_SESSION_REUSED, sc.REALTIME_REUSE_BLOCKED_BY)}"
         f" · turn detector {flag(sc.TURN_DETECTOR_REUSED)}"
     )
