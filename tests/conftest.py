@@ -172,6 +172,7 @@ PRIVATE_TEXTS = (
     "Route the customer",
     "Handle refunds",
     "Refunded order",
+    "my card is 4111",
 )
 
 

@@ -218,7 +218,8 @@ async def test_slow_on_enter_outlives_handoff(instrumented: Spans) -> None:
 
 async def test_on_enter_exception(instrumented: Spans) -> None:
     async with running(Triage()) as session:
-        session.update_agent(Billing(enter=failing(ValueError("boom"))))
+        # an error that quotes the caller, as LLM provider errors echoing the prompt do
+        session.update_agent(Billing(enter=failing(ValueError("caller said: my card is 4111"))))
         await settle(session)
         assert isinstance(session.current_agent, Billing)
 
@@ -227,6 +228,7 @@ async def test_on_enter_exception(instrumented: Spans) -> None:
     [on_enter] = instrumented.children(handoff, sc.SPAN_ON_ENTER)
     assert on_enter.status.status_code is StatusCode.ERROR
     assert [e.attributes["exception.type"] for e in on_enter.events] == ["ValueError"]
+    assert on_enter.status.description == "ValueError"  # the type, never the message
 
 
 @needs_reuse

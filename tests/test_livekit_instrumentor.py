@@ -153,3 +153,44 @@ async def test_fault_in_our_code_is_contained(
     handoffs = instrumented.handoffs()
     assert [h.attributes[sc.OUTCOME] for h in handoffs] == ["completed", "completed"]
     assert not open_spans.ours()
+
+
+def test_instrument_is_all_or_nothing(
+    provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A wrap point a future release renamed: nothing stays patched, one error line, no raise."""
+    import otel_handoff.livekit as instrumentation
+
+    real_points = instrumentation._wrap_points
+
+    def with_a_renamed_method(telemetry: Any) -> list[Any]:
+        renamed = ("livekit.agents.voice.agent_session", "AgentSession.renamed_in_2_0", lambda *a: None)
+        return [*real_points(telemetry), renamed]
+
+    monkeypatch.setattr(instrumentation, "_wrap_points", with_a_renamed_method)
+    originals = [current(owner, name) for owner, name in PATCHED]
+    caplog.set_level(logging.ERROR, logger="otel_handoff")
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert [current(owner, name) for owner, name in PATCHED] == originals
+        assert len([r for r in caplog.records if "instrument()" in r.getMessage()]) == 1
+    finally:
+        instrumentor.uninstrument()
+
+
+async def test_span_ends_even_when_summarizing_fails(
+    instrumented: Spans, monkeypatch: pytest.MonkeyPatch, open_spans: Any
+) -> None:
+    def broken(self: Any) -> None:
+        raise KeyError("a field a future release dropped")
+
+    monkeypatch.setattr(Handoff, "_reuse_blockers", broken)
+    session = AgentSession(llm=ScriptedLLM())
+    await session.start(agent=Triage())
+    session.update_agent(Billing())
+    await session._update_activity_atask
+    assert isinstance(session.current_agent, Billing)
+    await session.aclose()
+    assert len(instrumented.handoffs()) == 1
+    assert not open_spans.ours()

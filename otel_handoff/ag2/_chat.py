@@ -136,17 +136,19 @@ class ChatState:
         """The chat is over: a pending handoff completed if it ended the chat, else it never landed."""
         decision, self.pending = self.pending, None
         end_ns = time.time_ns()
-        if decision is not None:
-            if error is not None:
-                self._emit(decision, sc.OUTCOME_ERROR, None, end_ns, error)
-            else:
-                outcome = sc.OUTCOME_COMPLETED if decision.terminates else sc.OUTCOME_SKIPPED
-                self._emit(decision, outcome, None, end_ns)
-        if self._root is not None:
-            self._root.set_attribute(sc.CHAT_HANDOFFS, self.handoffs)
-            if error is not None:
-                _set_error(self._root, error)
-            self._root.end(end_time=end_ns)
+        try:
+            if decision is not None:
+                if error is not None:
+                    self._emit(decision, sc.OUTCOME_ERROR, None, end_ns, error)
+                else:
+                    outcome = sc.OUTCOME_COMPLETED if decision.terminates else sc.OUTCOME_SKIPPED
+                    self._emit(decision, outcome, None, end_ns)
+        finally:  # the chat's root span ends whatever happened above
+            if self._root is not None:
+                self._root.set_attribute(sc.CHAT_HANDOFFS, self.handoffs)
+                if error is not None:
+                    _set_error(self._root, error)
+                self._root.end(end_time=end_ns)
 
     # --- spans ---------------------------------------------------------------------------
     def _parent(self, decision: Decision) -> otel_context.Context:

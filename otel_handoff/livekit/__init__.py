@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from .. import semconv as sc
+from .._faults import report
 from .._metrics import HandoffMetrics
 from ..version import __version__
 from . import _features, _wrappers
@@ -130,9 +131,15 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             },
         )
         wrapped: list[tuple[str, str]] = []
-        for module, name, wrapper in _wrap_points(telemetry):
-            wrap_function_wrapper(module, name, wrapper)
-            wrapped.append((module, name))
+        try:
+            for module, name, wrapper in _wrap_points(telemetry):
+                wrap_function_wrapper(module, name, wrapper)
+                wrapped.append((module, name))
+        except Exception as exc:  # e.g. a release that renamed a method: all or nothing
+            type(self)._wrapped = tuple(wrapped)
+            self._uninstrument()
+            report("instrument()", exc)
+            return
         type(self)._wrapped = tuple(wrapped)
         type(self)._telemetry = telemetry
         if features.tool_handoff_after_update == "rejected":

@@ -21,11 +21,24 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 from .. import semconv as sc
+from .._faults import guard
 
 # the handoff whose `_update_activity` runs in this task
 CURRENT_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
 # a handoff requested by `update_agent()`, waiting for its task to reach `_update_activity`
 PENDING_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
+
+
+def record_error(span: trace.Span, error: BaseException) -> None:
+    """Status ERROR and an `exception` event with the type only.
+
+    Private by default: an exception's message and stack can quote the conversation (an LLM
+    provider's error echoing the prompt), so neither is recorded.
+    """
+    name, module = type(error).__qualname__, type(error).__module__
+    qualified = name if module in (None, "builtins") else f"{module}.{name}"  # as the SDK spells it
+    span.add_event("exception", {"exception.type": qualified})
+    span.set_status(Status(StatusCode.ERROR, name))
 
 
 def _no_agent() -> None:
@@ -263,15 +276,17 @@ class Handoff:
         error: BaseException | None = None
         try:
             return await coro
-        except asyncio.CancelledError:
-            raise
         except BaseException as exc:
             error = exc
             raise
         finally:
-            end_ns = time.time_ns()
-            seconds = (end_ns - start_ns) / 1e9
-            self._emit_child(sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error=error)
+            guard("on_enter", self._record_on_enter, start_ns, error)
+
+    def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
+        end_ns = time.time_ns()
+        seconds = (end_ns - start_ns) / 1e9
+        self._emit_child(sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error=error)
+        if not isinstance(error, asyncio.CancelledError):  # cut short: not an on_enter duration
             self.telemetry.metrics.record_phase(
                 sc.PHASE_ON_ENTER, seconds, self.attributes, self._parent_context
             )
@@ -301,16 +316,25 @@ class Handoff:
             self.span.set_status(Status(StatusCode.ERROR, "handoff cancelled"))
             self.end(sc.OUTCOME_SKIPPED if closing else sc.OUTCOME_ERROR)
             return
-        self.span.record_exception(error)
-        self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        record_error(self.span, error)
         self.end(sc.OUTCOME_ERROR)
 
     def end(self, outcome: str) -> None:
-        """Set the summary attributes and end the span; idempotent."""
+        """Set the summary attributes and end the span; idempotent, and the span always ends."""
         if self.ended:
             return
         self.ended = True
         self.outcome = outcome
+        try:
+            self._summarize(outcome)
+        finally:
+            self.span.end()
+        self._record_metrics()
+        session = self._session()
+        if outcome == sc.OUTCOME_COMPLETED and session is not None:
+            self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
+
+    def _summarize(self, outcome: str) -> None:
         phases = self._phase_ns
         attributes: dict[str, Any] = {
             sc.OUTCOME: outcome,
@@ -336,12 +360,7 @@ class Handoff:
             attributes[sc.CLOSE_DURATION] = phases.get(sc.CLOSE, 0) / 1e9
         attributes[sc.PHASES[entering][1]] = phases.get(entering, 0) / 1e9
         self.span.set_attributes(attributes)
-        self.span.end()
         self.attributes.update(attributes)
-        self._record_metrics()
-        session = self._session()
-        if outcome == sc.OUTCOME_COMPLETED and session is not None:
-            self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
 
     def _record_metrics(self) -> None:
         metrics, attributes, handoff = self.telemetry.metrics, self.attributes, self._parent_context
@@ -388,6 +407,5 @@ class Handoff:
             name, context=self._parent_context, attributes=attributes, start_time=start_ns
         )
         if error is not None and not isinstance(error, asyncio.CancelledError):
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+            record_error(span, error)
         span.end(end_time=end_ns)

@@ -242,7 +242,11 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
         sequence=telemetry.next_sequence(session),
         queued=False,
     )
-    handoff.bind(previous_activity, new_activity)
+    try:
+        handoff.bind(previous_activity, new_activity)
+    except Exception:
+        handoff.end(sc.OUTCOME_ERROR)  # never leave a started span behind
+        raise
     return handoff
 
 
@@ -293,20 +297,33 @@ async def wrap_detach_reusable_resources(
     telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     handoff = CURRENT_HANDOFF.get()
-    if handoff is None or handoff.ended or not handoff.leaves(instance):
-        return await wrapped(*args, **kwargs)
-    new_activity = args[0] if args else kwargs["new_activity"]
-    guard("reuse reasons", _evaluate_blockers, telemetry, handoff, instance, new_activity)
     try:
-        return await wrapped(*args, **kwargs)
+        resources = await wrapped(*args, **kwargs)
     except Exception:
-        handoff.stt_blocked = handoff.realtime_blocked = [sc.BLOCKED_DETACH_FAILED]
+        if handoff is not None and not handoff.ended:
+            handoff.stt_blocked = handoff.realtime_blocked = [sc.BLOCKED_DETACH_FAILED]
         raise
+    if handoff is not None and not handoff.ended:
+        guard("reuse reasons", _explain_reuse, telemetry, handoff, instance, args, kwargs, resources)
+    return resources
 
 
-def _evaluate_blockers(telemetry: Telemetry, handoff: Handoff, old: Any, new: Any) -> None:
-    handoff.stt_blocked = stt_blockers(old, new, telemetry.features)
-    handoff.realtime_blocked = realtime_blockers(old, new, telemetry.features)
+def _explain_reuse(
+    telemetry: Telemetry, handoff: Handoff, old: Any, args: Any, kwargs: Any, resources: Any
+) -> None:
+    """After the framework decided: reasons only for what it did not hand over.
+
+    What was not detached is untouched, so its conditions read as the framework read them;
+    nothing is computed on the handoff's path when everything was reused.
+    """
+    if not handoff.leaves(old):
+        return
+    new = args[0] if args else kwargs["new_activity"]
+    features = telemetry.features
+    stt_reused = getattr(resources, "stt_pipeline", None) is not None
+    realtime_reused = getattr(resources, "rt_session", None) is not None
+    handoff.stt_blocked = [] if stt_reused else stt_blockers(old, new, features)
+    handoff.realtime_blocked = [] if realtime_reused else realtime_blockers(old, new, features)
 
 
 # --- what the reused realtime session was asked to change ---------------------------------------
@@ -388,8 +405,12 @@ def wrap_stt_connection_acquired(
     telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = wrapped(*args, **kwargs)
-    guard("connection acquired", _note_connection, telemetry, instance._stt, args, kwargs)
+    guard("connection acquired", _note_stt_connection, telemetry, instance, args, kwargs)
     return result
+
+
+def _note_stt_connection(telemetry: Telemetry, stream: Any, args: Any, kwargs: Any) -> None:
+    _note_connection(telemetry, stream._stt, args, kwargs)  # the STT is what a handoff watches
 
 
 def _note_connection(telemetry: Telemetry, key: Any, args: Any, kwargs: Any) -> None:
