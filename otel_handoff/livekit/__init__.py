@@ -54,8 +54,8 @@ def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
     """(module, "Class.method", wrapper) for everything this release lets us patch."""
     features = telemetry.features
 
-    def bound(wrapper: Any) -> Any:
-        return functools.partial(wrapper, telemetry)
+    def bound(wrapper: Any, *more: Any) -> Any:
+        return functools.partial(wrapper, telemetry, *more)
 
     points = [
         (_SESSION_MODULE, "AgentSession.__init__", _wrappers.wrap_session_init),
@@ -83,23 +83,28 @@ def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
             )
         )
     if features.connection_metrics:
+        acquired = "_report_connection_acquired"
         points += [
             (
                 _REALTIME_MODULE,
-                "RealtimeSession._report_connection_acquired",
-                bound(_wrappers.wrap_realtime_connection_acquired),
+                f"RealtimeSession.{acquired}",
+                bound(_wrappers.wrap_connection_acquired, _itself),
             ),
-            (
-                _STT_MODULE,
-                "RecognizeStream._report_connection_acquired",
-                bound(_wrappers.wrap_stt_connection_acquired),
-            ),
+            (_STT_MODULE, f"RecognizeStream.{acquired}", bound(_wrappers.wrap_connection_acquired, _its_stt)),
         ]
     if features.tool_handoff_after_update is not None and features.update_output_hook:
         points.append(
             (_EVENTS_MODULE, "RunContext._make_update_output", bound(_wrappers.wrap_make_update_output))
         )
     return points
+
+
+def _itself(realtime_session: Any) -> Any:
+    return realtime_session
+
+
+def _its_stt(stream: Any) -> Any:
+    return stream._stt  # a handoff watches the STT, which opens the streams
 
 
 class LiveKitHandoffInstrumentor(BaseInstrumentor):

@@ -85,7 +85,6 @@ class Handoff:
         "from_agent",
         "lock_wait_ns",
         "new_activity",
-        "outcome",
         "previous_activity",
         "queue_wait_ns",
         "queued",
@@ -126,7 +125,6 @@ class Handoff:
         self.previous_activity = previous_activity
         self.new_activity = new_activity
         self.ended = False
-        self.outcome: str | None = None
         self.from_agent: tuple[str, str] | None = None  # (label, id)
         self.reused = (False, False, False)  # stt, realtime session, turn detector
         self.stt_blocked: list[str] | None = None
@@ -161,10 +159,6 @@ class Handoff:
     # --- the session ---------------------------------------------------------------
     def is_for(self, session: Any) -> bool:
         return self._session() is session
-
-    @property
-    def session(self) -> Any:
-        return self._session()
 
     def enters(self, agent: Any) -> bool:
         """Is ``agent`` the one this handoff hands the conversation to?"""
@@ -324,7 +318,6 @@ class Handoff:
         if self.ended:
             return
         self.ended = True
-        self.outcome = outcome
         try:
             self._summarize(outcome)
         finally:

@@ -13,6 +13,7 @@ import inspect
 import logging
 import time
 import weakref
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -381,8 +382,9 @@ def _watch_reconnects(telemetry: Telemetry, handoff: Handoff, activity: Any) -> 
     rt_session = getattr(activity, "_rt_session", None)
     if not realtime_reused and rt_session is not None:
         _claim_or_watch(telemetry, handoff, rt_session, sc.RESOURCE_REALTIME_SESSION)
-    if not stt_reused and activity.stt is not None and getattr(activity, "_audio_recognition", None):
-        _claim_or_watch(telemetry, handoff, activity.stt, sc.RESOURCE_STT)
+    stt = activity.stt  # a property that resolves the model: read once
+    if not stt_reused and stt is not None and getattr(activity, "_audio_recognition", None):
+        _claim_or_watch(telemetry, handoff, stt, sc.RESOURCE_STT)
 
 
 def _claim_or_watch(telemetry: Telemetry, handoff: Handoff, key: Any, resource: str) -> None:
@@ -393,24 +395,17 @@ def _claim_or_watch(telemetry: Telemetry, handoff: Handoff, key: Any, resource: 
         telemetry.reconnect_watch[key] = (handoff, resource)
 
 
-def wrap_realtime_connection_acquired(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+def wrap_connection_acquired(
+    telemetry: Telemetry, watched: Callable[[Any], Any], wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
+    """`_report_connection_acquired` of a realtime session or STT stream: a reconnect, maybe.
+
+    ``watched`` maps the reporting object to what a handoff watches (the session itself, or the
+    stream's STT).
+    """
     result = wrapped(*args, **kwargs)
-    guard("connection acquired", _note_connection, telemetry, instance, args, kwargs)
+    guard("connection acquired", lambda: _note_connection(telemetry, watched(instance), args, kwargs))
     return result
-
-
-def wrap_stt_connection_acquired(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
-) -> Any:
-    result = wrapped(*args, **kwargs)
-    guard("connection acquired", _note_stt_connection, telemetry, instance, args, kwargs)
-    return result
-
-
-def _note_stt_connection(telemetry: Telemetry, stream: Any, args: Any, kwargs: Any) -> None:
-    _note_connection(telemetry, stream._stt, args, kwargs)  # the STT is what a handoff watches
 
 
 def _note_connection(telemetry: Telemetry, key: Any, args: Any, kwargs: Any) -> None:
