@@ -27,7 +27,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NoOpTracerProvider
-from receivers import Rotel
+from receivers import Rotel, wait_until
 
 from otel_handoff import semconv as sc
 from otel_handoff._offline import ScriptedLLM
@@ -145,18 +145,28 @@ async def test_soak_through_a_collector_restart(tmp_path: Path, open_spans: Open
     set_tracer_provider(NoOpTracerProvider())  # LiveKit's own spans are not what this soaks
     arrived: dict[str, set[tuple[int, int]]] = {}
     restarted: list[Rotel] = []
+    sent_before_restart: list[int] = []
+
+    def received_by(collector: Rotel, since: int) -> set[tuple[int, int]]:
+        """What `collector` printed, once it has printed every handoff ended since `since`.
+
+        rotel acknowledges an export before it writes its debug log: wait (bounded) for the log.
+        """
+        sent = set(ledger.seen[since:])
+        return wait_until(lambda: (keys := handoff_keys(collector)) >= sent and keys, "rotel's log")
 
     def between(phase: str) -> None:
         nonlocal rotel
         assert provider.force_flush(30_000)
         if phase == "up":
-            arrived["up"] = handoff_keys(rotel)
+            arrived["up"] = received_by(rotel, 0)
             rotel.stop()
         elif phase == "down":
             rotel = Rotel.start(tmp_path / "rotel-2", ports=ports)
             restarted.append(rotel)
+            sent_before_restart.append(len(ledger.seen))
         else:
-            arrived["restarted"] = handoff_keys(rotel)
+            arrived["restarted"] = received_by(rotel, sent_before_restart[0])
 
     try:
         tracemalloc.start()
