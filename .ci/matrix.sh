@@ -2,6 +2,8 @@
 # The framework version matrix: each release in its own virtual environment, running that
 # framework's tests (which skip what a release cannot do: reuse before livekit-agents 1.5.3, ...).
 # Usage: .ci/matrix.sh [PIP_SPEC ...]   e.g. .ci/matrix.sh livekit-agents==1.6.10 ag2==0.9.10
+# A spec without "==" (e.g. `ag2`) installs whatever release is newest when CI runs: lower bounds
+# only, so the release after the ones we pinned is tested the day it ships.
 # Prints one line per cell and a summary table; exits non-zero naming every cell that failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +21,9 @@ else
     "livekit-agents==1.2.18|$PY311" "livekit-agents==1.4.6|$PY311" "livekit-agents==1.5.17|$PY311"
     "livekit-agents==1.6.10|$PY311" "livekit-agents==1.7.1|$PY311" "livekit-agents==$NEWEST_LIVEKIT|$PY311"
     "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.10)" "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.13)"
-    "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311"
+    "livekit-agents|$PY311"
+    "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
+    "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
   )
 fi
 
@@ -29,6 +33,7 @@ summary=(); failed=()
 for cell in "${CELLS[@]}"; do
   spec="${cell%%|*}"; python="${cell#*|}"
   dist="${spec%%==*}"; version="${spec#*==}"
+  [[ "$spec" == *"=="* ]] || version="newest"
   case "$dist" in
     livekit-agents) tests=(tests/test_livekit_*.py); extra=(httpx) ;;  # 1.2/1.4 import httpx undeclared
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
@@ -54,10 +59,11 @@ for cell in "${CELLS[@]}"; do
   rc=$?
   line="$(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed).* =+$' <<<"$out" | tail -n 1)"
   echo "$line   ($((SECONDS - start)) s)"
-  if [[ $rc -ne 0 || "$installed" != "$version" ]]; then
+  if [[ $rc -ne 0 || ( "$version" != "newest" && "$installed" != "$version" ) ]]; then
     grep -E '^(FAILED|ERROR)' <<<"$out" | head -n 20
     summary+=("| $dist $installed | $pyver | FAILED: $line |"); failed+=("$spec/py$pyver")
   else
+    [[ "$version" == "newest" ]] && installed="$installed (newest)"
     summary+=("| $dist $installed | $pyver | $line |")
   fi
 done

@@ -35,7 +35,7 @@ class Framework:
     """One framework auto-instrumentation covers."""
 
     entry_point: str  # name in the `opentelemetry_instrumentor` group
-    module: str  # first import that triggers instrumentation
+    modules: tuple[str, ...]  # the first import of any of these triggers instrumentation
     instrumentor: str  # "module:Class"
     extra: str  # `pip install 'otel-handoff[extra]'`
     distributions: tuple[str, ...]  # any of these installs the framework
@@ -46,7 +46,7 @@ class Framework:
 FRAMEWORKS = (
     Framework(
         "livekit_handoff",
-        "livekit.agents",
+        ("livekit.agents",),
         "otel_handoff.livekit:LiveKitHandoffInstrumentor",
         "livekit",
         ("livekit-agents",),
@@ -54,13 +54,14 @@ FRAMEWORKS = (
     ),
     Framework(
         "ag2_handoff",
-        "autogen",
+        ("autogen", "ag2.network"),  # classic group chats; ag2 1.x workflow channels
         "otel_handoff.ag2:AG2HandoffInstrumentor",
         "ag2",
         ("ag2", "autogen"),
         (
             ("autogen.agentchat.groupchat", "GroupChatManager.run_chat"),
             ("autogen.agentchat.groupchat", "GroupChatManager.a_run_chat"),
+            ("ag2.network.hub.core", "Hub.__init__"),
         ),
     ),
 )
@@ -118,7 +119,8 @@ def start() -> None:
             if framework.entry_point in skipped:
                 _LOG.debug("otel-handoff: %s disabled by %s", framework.entry_point, DISABLED_ENV)
                 continue
-            wrapt.register_post_import_hook(functools.partial(_on_import, framework), framework.module)
+            for module in framework.modules:
+                wrapt.register_post_import_hook(functools.partial(_on_import, framework), module)
     except Exception as exc:
         _LOG.warning("otel-handoff: auto-instrumentation could not start (%s: %s)", type(exc).__name__, exc)
 
@@ -153,8 +155,18 @@ def unsupported(framework: Framework, instrumentor: Any) -> str | None:
     )
 
 
+_handled: set[str] = set()  # entry points whose hook ran (or is running)
+
+
 def _on_import(framework: Framework, module: Any) -> None:
-    """Post-import hook: instrument the framework just imported, configure export lazily."""
+    """Post-import hook: instrument the framework just imported, configure export lazily.
+
+    Once per framework, even re-entered: ``instrument()`` imports the framework's other modules
+    (the classic ``autogen`` beside ``ag2.network``), whose own hooks then fire inside it.
+    """
+    if framework.entry_point in _handled:
+        return
+    _handled.add(framework.entry_point)
     try:
         if _OTEL_INSTRUMENT_MODULE in sys.modules:
             return  # opentelemetry-instrument loads the entry points (and honours its own settings)

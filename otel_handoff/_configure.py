@@ -17,7 +17,6 @@ What is added here is what an agent in production needs from it:
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import re
@@ -124,7 +123,7 @@ def configure(*, service_name: str | None = None, instrument: bool = True) -> Co
                 return Configuration(trace.get_tracer_provider(), metrics.get_meter_provider(), created=False)
         configuration = _configured
     if instrument and not configuration.disabled:
-        _faults.guard("configure(instrument=True)", _instrument_livekit, configuration)
+        _faults.guard("configure(instrument=True)", _instrument_frameworks, configuration)
     return configuration
 
 
@@ -422,16 +421,18 @@ def _share_with_livekit(provider: trace.TracerProvider) -> None:
     set_tracer_provider(provider)
 
 
-def _instrument_livekit(configuration: Configuration) -> None:
-    if importlib.util.find_spec("livekit") is None or importlib.util.find_spec("livekit.agents") is None:
-        return
-    from .livekit import LiveKitHandoffInstrumentor
+def _instrument_frameworks(configuration: Configuration) -> None:
+    """Handoff tracing for every installed framework (LiveKit Agents, AG2), on our providers."""
+    from . import _auto
 
-    instrumentor = LiveKitHandoffInstrumentor()
-    if not instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.instrument(
-            tracer_provider=configuration.tracer_provider, meter_provider=configuration.meter_provider
-        )
+    for framework in _auto.FRAMEWORKS:
+        if _auto.installed(framework) is None:
+            continue
+        instrumentor = _auto.instrumentor_class(framework)()
+        if not instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.instrument(
+                tracer_provider=configuration.tracer_provider, meter_provider=configuration.meter_provider
+            )
 
 
 # --- one warning per outage ----------------------------------------------------------------------

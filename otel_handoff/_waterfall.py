@@ -118,7 +118,7 @@ def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
     sequence = _attr(handoff, sc.SEQUENCE)
     from_agent = _attr(handoff, sc.GEN_AI_HANDOFF_FROM_AGENT) or "(none)"
     to_agent = _attr(handoff, sc.GEN_AI_HANDOFF_TO_AGENT) or "(none)"
-    trigger = str(_attr(handoff, sc.TRIGGER, "?"))
+    trigger = str(_attr(handoff, sc.TRIGGER) or _attr(handoff, sc.KIND) or "?")  # LiveKit / AG2
     tool = _attr(handoff, sc.GEN_AI_TOOL_NAME)
     if tool:
         trigger = f"{trigger}:{tool}"
@@ -177,7 +177,8 @@ def _render_one(
         axis = "0".ljust(width - len(axis_end) + 2) + axis_end
         lines.append(style.dim(f"{indent}{'':<{_LABEL_WIDTH}} {axis}"))
 
-    lines.append(f"{indent}{_reuse_line(handoff)}")
+    if _attr(handoff, sc.FRAMEWORK) == sc.FRAMEWORK_LIVEKIT:  # only LiveKit hands resources over
+        lines.append(f"{indent}{_reuse_line(handoff)}")
     return lines
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -11,7 +12,17 @@ from collections.abc import Sequence
 from .summary import FORMATS
 from .version import __version__
 
-_NEEDS_LIVEKIT = "otel-handoff demo needs livekit-agents: pip install 'otel-handoff[livekit]'"
+# --framework -> (module whose import proves the framework is there, what to install otherwise)
+_DEMO_NEEDS = {
+    "livekit": (
+        "livekit.agents",
+        "otel-handoff demo needs livekit-agents: pip install 'otel-handoff[livekit]'",
+    ),
+    "ag2": (
+        "ag2.network",
+        "otel-handoff demo --framework ag2 needs ag2 >= 1: pip install 'otel-handoff[ag2]'",
+    ),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -30,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         ),
     )
     demo.add_argument("--export", metavar="FILE", help="also write the spans to FILE as OTLP JSON Lines")
+    demo.add_argument(
+        "--framework",
+        choices=sorted(_DEMO_NEEDS),
+        default="livekit",
+        help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels",
+    )
     summary = commands.add_parser(
         "summary",
         help="summarize exported handoff spans per agent pair: counts, p50/p95/max per phase, reuse",
@@ -73,19 +90,24 @@ def _use_color() -> bool:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    module, needs = _DEMO_NEEDS[args.framework]
     try:
-        import livekit.agents  # noqa: F401
+        importlib.import_module(module)
     except ImportError as exc:
-        if not (exc.name or "").startswith("livekit"):
+        if not module.startswith(exc.name or "\0"):
             raise
-        print(_NEEDS_LIVEKIT, file=sys.stderr)
+        print(needs, file=sys.stderr)
         return 2
 
+    from ._demo_export import DemoSetupError
     from ._waterfall import render_handoffs
-    from .demo import DemoSetupError, run_demo
 
+    if args.framework == "ag2":
+        from .demo_ag2 import run_ag2_demo as run
+    else:
+        from .demo import run_demo as run
     try:
-        result = asyncio.run(run_demo(export_path=args.export))
+        result = asyncio.run(run(export_path=args.export))
     except DemoSetupError as exc:
         print(f"otel-handoff demo: {exc}", file=sys.stderr)
         return 2

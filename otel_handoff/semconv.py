@@ -168,3 +168,11 @@ KIND_REPLY_RESULT = "reply_result"
 KIND_TOOL = "tool"
 KIND_GROUP_AFTER_WORK = "group_after_work"
 KIND_GUARDRAIL = "guardrail"
+
+# workflow channels of ag2 1.x (`ag2.network`)
+KIND_TRANSITION = "transition"  # a static rule of the TransitionGraph matched
+KIND_TOOL_CALLED = "tool_called"  # a ToolCalled rule matched
+KIND_HANDOFF = "handoff"  # a tool returned Handoff
+KIND_FINISH = "finish"  # a tool returned Finish
+KIND_DEFAULT = "default"  # no rule matched: the graph's default_target
+KIND_MAX_TURNS = "max_turns"  # the turn limit closed the channel

@@ -173,6 +173,14 @@ PRIVATE_TEXTS = (
     "Handle refunds",
     "Refunded order",
     "my card is 4111",
+    # ag2 1.x workflow channels: the seed, model replies, Handoff.reason, Finish.summary and reason
+    "charged twice",
+    "disputes invoice",
+    "refunded order 4711",
+    "customer satisfied",
+    "moving you to billing",
+    "supervisor here",
+    "vip desk here",
 )
 
 

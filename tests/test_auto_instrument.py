@@ -169,3 +169,33 @@ def test_the_start_up_hook_is_installed() -> None:
     dirs = [*site.getsitepackages(), site.getusersitepackages()]
     assert any((Path(d) / "otel_handoff_auto.pth").exists() for d in dirs), dirs
     assert shutil.which("opentelemetry-instrument", path=str(BIN))
+
+
+AG2_APP = Path(__file__).parent / "scripts" / "offline_ag2_workflow.py"
+
+
+@pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
+def test_unmodified_ag2_workflow_app_exports_handoffs(rotel: Rotel, how: str) -> None:
+    pytest.importorskip("ag2.network", reason="needs ag2 >= 1")
+    command = [sys.executable, str(AG2_APP)]
+    env = {"OTEL_HANDOFF_AUTO_INSTRUMENT": "true"}
+    if how == "opentelemetry-instrument":
+        command, env = [str(BIN / "opentelemetry-instrument"), *command], {}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    base |= {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_SERVICE_NAME": "ag2-app",
+    }
+    result = subprocess.run(
+        command, env=base | env, capture_output=True, text=True, timeout=120, cwd=AG2_APP.parent
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "closed: max_turns" in result.stdout, "the app itself must still work"
+    assert "otel-handoff" not in result.stderr  # LiveKit is installed too: nothing to warn about
+    found = handoffs(rotel, 4)
+    kinds = [s["attributes"][sc.KIND] for s in sorted(found, key=lambda s: s["attributes"][sc.SEQUENCE])]
+    assert kinds == ["transition", "transition", "handoff", "max_turns"]
+    assert {s["attributes"][sc.FRAMEWORK] for s in found} == {"ag2"}
+    assert {s["resource"]["service.name"] for s in found} == {"ag2-app"}

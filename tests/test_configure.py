@@ -37,6 +37,7 @@ import otel_handoff
 from otel_handoff import _configure
 from otel_handoff import semconv as sc
 from otel_handoff._offline import ScriptedLLM
+from otel_handoff.ag2 import AG2HandoffInstrumentor
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,9 +51,9 @@ def _reset_globals() -> None:
         configured.tracer_provider.shutdown()
         if isinstance(configured.meter_provider, MeterProvider):
             configured.meter_provider.shutdown()
-    instrumentor = LiveKitHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        instrumentor.uninstrument()
+    for instrumentor in (LiveKitHandoffInstrumentor(), AG2HandoffInstrumentor()):
+        if instrumentor.is_instrumented_by_opentelemetry:
+            instrumentor.uninstrument()
     _configure._configured = None
     # the API's set-once globals, as opentelemetry-test-utils resets them
     trace._TRACER_PROVIDER_SET_ONCE = Once()

@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing of AG2 group-chat handoffs.
+"""OpenTelemetry tracing of AG2 handoffs: classic group chats and ag2 1.x workflow channels.
 
 Usage::
 
@@ -6,13 +6,18 @@ Usage::
 
     AG2HandoffInstrumentor().instrument()
 
-Every handoff of a group chat (an after-work, a context condition, an LLM condition's
-``transfer_*`` tool, a tool returning a ``ReplyResult`` or a bare target, the group's
-after-work, a guardrail) becomes one ``agent_handoff`` span, from the decision to the moment
-the next speaker starts its turn. Covers the classic ``autogen`` package: ``ag2`` 0.9.10 to
-0.14 and ``autogen`` 0.14. ``ag2`` 1.0 and later are a new framework, not covered yet.
+Instruments whichever AG2 is installed, or both:
 
-Spans carry names, types and ids only, never message content, tool arguments or results.
+- the classic ``autogen`` package (ag2 0.9.10 to 0.14, autogen 0.14): every handoff of a group
+  chat (an after-work, a context condition, an LLM condition's ``transfer_*`` tool, a tool
+  returning a ``ReplyResult`` or a bare target, the group's after-work, a guardrail);
+- ag2 1.x ``ag2.network`` workflow channels: every routing decision that gives the turn to
+  another agent or ends the channel (a rule, a ``ToolCalled`` rule, a tool's ``Handoff`` or
+  ``Finish``, the graph's default, the turn limit).
+
+Each becomes one ``agent_handoff`` span, from the decision to the moment the next speaker starts
+its turn. Spans carry names, types and ids only, never message content, tool arguments, results
+or model-written reasons.
 """
 
 from __future__ import annotations
@@ -94,6 +99,24 @@ def _wrap_points(telemetry: Telemetry) -> list[tuple[str, str, Any]]:
     ]
 
 
+_WORKFLOW_MODULE = "ag2.network.adapters.workflow"
+_AGENT_MODULE = "ag2.agent"
+_HUB_MODULE = "ag2.network.hub.core"
+
+
+def _network_wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+    """What the ag2 1.x workflow-channel tracing patches (see ``_network``)."""
+    from . import _network as n
+
+    with_telemetry = functools.partial
+    return [
+        (_WORKFLOW_MODULE, "WorkflowAdapter.fold", with_telemetry(n.wrap_fold, telemetry)),
+        (_AGENT_MODULE, "Agent.ask", with_telemetry(n.wrap_ask, telemetry)),
+        (_HUB_MODULE, "Hub.__init__", with_telemetry(n.wrap_hub_init, telemetry)),
+        (_HUB_MODULE, "Hub.close", with_telemetry(n.wrap_hub_close, telemetry)),
+    ]
+
+
 def _resolve(module: str, name: str) -> tuple[Any, str]:
     """(owner, attribute) of "Class.method" or "function" in ``module``."""
     owner_name, _, attr = name.rpartition(".")
@@ -106,55 +129,126 @@ def _current(module: str, name: str) -> Any:
     return vars(owner)[attr]
 
 
+def _missing(points: list[tuple[str, str, Any]]) -> list[str]:
+    """Wrap points this release does not have: then none of them is wrapped (all or nothing)."""
+    missing = []
+    for module, name, _ in points:
+        try:
+            owner, attr = _resolve(module, name)
+            if not callable(getattr(owner, attr, None)):
+                missing.append(f"{module}.{name}")
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{name}")
+    return missing
+
+
+def _wrap_all(points: list[tuple[str, str, Any]]) -> list[tuple[str, str, bool]]:
+    wrapped: list[tuple[str, str, bool]] = []
+    for module, name, wrapper in points:
+        owner, attr = _resolve(module, name)
+        own = attr in vars(owner)
+        wrap_function_wrapper(module, name, wrapper)
+        wrapped.append((module, name, own))
+    return wrapped
+
+
+def _static_attributes(version: str) -> dict[str, Any]:
+    return {
+        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
+        sc.FRAMEWORK: sc.FRAMEWORK_AG2,
+        sc.FRAMEWORK_VERSION: version,
+    }
+
+
 class AG2HandoffInstrumentor(BaseInstrumentor):
-    """Traces AG2 group-chat handoffs (ag2 0.9.10 to 0.14, autogen 0.14)."""
+    """Traces AG2 handoffs: classic group chats (ag2 0.9.10-0.14, autogen 0.14), ag2 1.x channels."""
 
     # (module, name, defined on the owner itself rather than inherited)
     _wrapped: tuple[tuple[str, str, bool], ...] = ()
     _telemetry: Telemetry | None = None
+    _network: Any = None  # _network.NetworkTelemetry while workflow channels are traced
     _manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        # psycopg2-style: whichever distribution installs `autogen` (see `package._instruments_any`)
+        # psycopg2-style: whichever distribution installs AG2 (see `package._instruments_any`)
         return _features.dependencies()
 
     def _instrument(self, **kwargs: Any) -> None:
-        features = _features.detect()
-        if features is None:
-            _LOG.warning(
-                "otel-handoff: ag2 %s is the new AG2 framework (no `autogen` package); its handoffs are "
-                "not covered yet, nothing was instrumented.",
-                _features.new_framework_only() or "",
-            )
-            return
         tracer = trace.get_tracer(
             __name__,
             __version__,
             tracer_provider=kwargs.get("tracer_provider"),
             schema_url="https://opentelemetry.io/schemas/1.28.0",
         )
+        metrics = HandoffMetrics(kwargs.get("meter_provider"), __name__)
+        cls = type(self)
+        wrapped: list[tuple[str, str, bool]] = []
+        features = _features.detect()
+        if features is not None:
+            wrapped += self._instrument_classic(features, tracer, metrics)
+        network_version = _features.network_version()
+        if network_version is not None:
+            wrapped += self._instrument_network(network_version, tracer, metrics)
+        cls._wrapped = tuple(wrapped)
+
+    def _instrument_classic(
+        self, features: _features.AG2Features, tracer: trace.Tracer, metrics: HandoffMetrics
+    ) -> list[tuple[str, str, bool]]:
         telemetry = Telemetry(
             tracer=tracer,
-            metrics=HandoffMetrics(kwargs.get("meter_provider"), __name__),
+            metrics=metrics,
             features=features,
-            static_attributes={
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
-                sc.FRAMEWORK: sc.FRAMEWORK_AG2,
-                sc.FRAMEWORK_VERSION: features.version,
-            },
+            static_attributes=_static_attributes(features.version),
         )
+        points = _wrap_points(telemetry)
+        missing = _missing(points)
+        if missing:
+            _LOG.error(
+                "otel-handoff: autogen %s lacks %s; its group chats are not traced. "
+                "Install a tested release (%s).",
+                features.version,
+                ", ".join(missing),
+                _features.TESTED_CLASSIC,
+            )
+            return []
+        _features.classic_untested_note(features)
         originals = {point: _current(*point) for point in (*_AGENT_REPLY_FUNCS, *_MANAGER_REPLY_FUNCS)}
-        wrapped: list[tuple[str, str, bool]] = []
-        for module, name, wrapper in _wrap_points(telemetry):
-            owner, attr = _resolve(module, name)
-            own = attr in vars(owner)
-            wrap_function_wrapper(module, name, wrapper)
-            wrapped.append((module, name, own))
+        wrapped = _wrap_all(points)
         telemetry.agent_reply_funcs = tuple((originals[p], _current(*p)) for p in _AGENT_REPLY_FUNCS)
         cls = type(self)
         cls._manager_reply_funcs = tuple((originals[p], _current(*p)) for p in _MANAGER_REPLY_FUNCS)
-        cls._wrapped = tuple(wrapped)
         cls._telemetry = telemetry
+        return wrapped
+
+    def _instrument_network(
+        self, version: str, tracer: trace.Tracer, metrics: HandoffMetrics
+    ) -> list[tuple[str, str, bool]]:
+        try:
+            from . import _network
+        except ImportError as exc:  # a release that moved what we read
+            _LOG.error(
+                "otel-handoff: ag2 %s lacks %s; its workflow channels are not traced. "
+                "Install a tested release (%s).",
+                version,
+                exc.name or exc,
+                _features.TESTED_NETWORK,
+            )
+            return []
+        telemetry = _network.NetworkTelemetry(tracer, metrics, _static_attributes(version))
+        points = _network_wrap_points(telemetry)
+        missing = _missing(points)
+        if missing:
+            _LOG.error(
+                "otel-handoff: ag2 %s lacks %s; its workflow channels are not traced. "
+                "Install a tested release (%s).",
+                version,
+                ", ".join(missing),
+                _features.TESTED_NETWORK,
+            )
+            return []
+        _features.network_untested_note(version)
+        type(self)._network = telemetry
+        return _wrap_all(points)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
@@ -168,6 +262,8 @@ class AG2HandoffInstrumentor(BaseInstrumentor):
             for manager in list(telemetry.patched_managers):
                 for original, wrapper in cls._manager_reply_funcs:
                     manager.replace_reply_func(wrapper, original)
+        if cls._network is not None:
+            cls._network.detach_all()  # listeners off every hub opened while instrumented
         for module, name, own in cls._wrapped:
             owner, attr = _resolve(module, name)
             if own:
@@ -176,4 +272,5 @@ class AG2HandoffInstrumentor(BaseInstrumentor):
                 delattr(owner, attr)  # was inherited: drop our override rather than pin a copy
         cls._wrapped = ()
         cls._telemetry = None
+        cls._network = None
         cls._manager_reply_funcs = ()

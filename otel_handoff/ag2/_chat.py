@@ -90,7 +90,6 @@ class ChatState:
 
     __slots__ = (
         "_root",
-        "_root_context",
         "after_work_no_match",
         "app_traced",
         "handoffs",
@@ -110,8 +109,9 @@ class ChatState:
         self.pending: Decision | None = None
         # (from agent, time) of an after-work evaluation that matched nothing: the group's after-work is next
         self.after_work_no_match: tuple[str, int] | None = None
-        self._root: trace.Span | None = None
-        self._root_context: otel_context.Context | None = None
+        self._root = ChatRoot(
+            telemetry.tracer, telemetry.static_attributes, self.start_ns, self.start_context
+        )
 
     # --- decisions ---------------------------------------------------------------------
     def decide(self, decision: Decision) -> None:
@@ -144,31 +144,13 @@ class ChatState:
                     outcome = sc.OUTCOME_COMPLETED if decision.terminates else sc.OUTCOME_SKIPPED
                     self._emit(decision, outcome, None, end_ns)
         finally:  # the chat's root span ends whatever happened above
-            if self._root is not None:
-                self._root.set_attribute(sc.CHAT_HANDOFFS, self.handoffs)
-                if error is not None:
-                    _set_error(self._root, error)
-                self._root.end(end_time=end_ns)
+            self._root.end(self.handoffs, end_ns, error)
 
     # --- spans ---------------------------------------------------------------------------
     def _parent(self, decision: Decision) -> otel_context.Context:
         if decision.parent is not None:
             return decision.parent
-        if self._root_context is None:
-            # one trace per chat: a root span from the chat's start, created with its first handoff
-            telemetry = self.telemetry
-            self._root = telemetry.tracer.start_span(
-                sc.SPAN_CHAT,
-                context=self.start_context,
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    sc.FRAMEWORK: telemetry.static_attributes[sc.FRAMEWORK],
-                    sc.FRAMEWORK_VERSION: telemetry.static_attributes[sc.FRAMEWORK_VERSION],
-                },
-                start_time=self.start_ns,
-            )
-            self._root_context = trace.set_span_in_context(self._root, self.start_context)
-        return self._root_context
+        return self._root.context()
 
     def _emit(
         self,
@@ -196,23 +178,86 @@ class ChatState:
             attributes[sc.GEN_AI_TOOL_NAME] = decision.tool_name
         if decision.tool_call_id:
             attributes[sc.GEN_AI_TOOL_CALL_ID] = decision.tool_call_id
-        attributes[sc.DURATION] = max(0, end_ns - decision.start_ns) / 1e9
-        span = self.telemetry.tracer.start_span(
-            sc.SPAN_HANDOFF,
-            context=self._parent(decision),
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            start_time=decision.start_ns,
+        emit_handoff(
+            self.telemetry.tracer,
+            self.telemetry.metrics,
+            attributes,
+            self._parent(decision),
+            decision.start_ns,
+            end_ns,
+            error,
         )
+
+
+class ChatRoot:
+    """The ``agent_handoff.chat`` root of one chat (or channel) that nobody else traces.
+
+    Started lazily, with the chat's own start time, when its first handoff needs a parent;
+    so a chat without handoffs leaves no span.
+    """
+
+    __slots__ = ("_context", "_parent", "_span", "_start_ns", "_static", "_tracer")
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        static_attributes: dict[str, Any],
+        start_ns: int,
+        parent: otel_context.Context | None,
+    ) -> None:
+        self._tracer = tracer
+        self._static = static_attributes
+        self._start_ns = start_ns
+        self._parent = parent
+        self._span: trace.Span | None = None
+        self._context: otel_context.Context | None = None
+
+    def context(self) -> otel_context.Context:
+        if self._context is None:
+            self._span = self._tracer.start_span(
+                sc.SPAN_CHAT,
+                context=self._parent,
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    sc.FRAMEWORK: self._static[sc.FRAMEWORK],
+                    sc.FRAMEWORK_VERSION: self._static[sc.FRAMEWORK_VERSION],
+                },
+                start_time=self._start_ns,
+            )
+            self._context = trace.set_span_in_context(self._span, self._parent)
+        return self._context
+
+    def end(self, handoffs: int, end_ns: int, error: BaseException | None = None) -> None:
+        span, self._span = self._span, None
+        if span is None:
+            return
+        span.set_attribute(sc.CHAT_HANDOFFS, handoffs)
         if error is not None:
-            _set_error(span, error)
+            set_error(span, error)
         span.end(end_time=end_ns)
-        self.telemetry.metrics.record_handoff(
-            attributes[sc.DURATION], attributes, trace.set_span_in_context(span)
-        )
 
 
-def _set_error(span: trace.Span, error: BaseException) -> None:
+def emit_handoff(
+    tracer: trace.Tracer,
+    metrics: HandoffMetrics,
+    attributes: dict[str, Any],
+    parent: otel_context.Context,
+    start_ns: int,
+    end_ns: int,
+    error: BaseException | None = None,
+) -> None:
+    """One finished ``agent_handoff`` span, created with its real times, and its metrics."""
+    attributes[sc.DURATION] = max(0, end_ns - start_ns) / 1e9
+    span = tracer.start_span(
+        sc.SPAN_HANDOFF, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_ns
+    )
+    if error is not None:
+        set_error(span, error)
+    span.end(end_time=end_ns)
+    metrics.record_handoff(attributes[sc.DURATION], attributes, trace.set_span_in_context(span))
+
+
+def set_error(span: trace.Span, error: BaseException) -> None:
     """Error type only: exception messages may quote the conversation, which spans never carry."""
     span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
     span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))

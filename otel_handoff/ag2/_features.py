@@ -1,8 +1,8 @@
 """Feature detection for AG2, done once at ``instrument()`` time.
 
-Which distribution provides ``autogen``, its version, and the few differences between
-releases that the wrappers care about are read here from the installed code, so wrappers
-only test plain values.
+Which AG2 frameworks are installed (the classic ``autogen`` package, ``ag2.network`` of
+ag2 >= 1, or both), their versions, and the few differences between releases that the
+wrappers care about are read here from the installed code, so wrappers only test plain values.
 """
 
 from __future__ import annotations
@@ -14,14 +14,23 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from packaging.requirements import Requirement
+from packaging.version import Version
 
-from .package import _instruments_ag2, _instruments_any
+from .package import (
+    NEWEST_TESTED_CLASSIC,
+    NEWEST_TESTED_NETWORK,
+    TESTED_CLASSIC,
+    TESTED_NETWORK,
+    _instruments_any,
+)
 
 _LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
 class AG2Features:
+    """The classic ``autogen`` group chats."""
+
     version: str
     # what `_evaluate_after_works_conditions` returns when no after-work matched: a sentinel
     # from 0.10 on (None then means "terminate"); None on 0.9, where a matching
@@ -43,38 +52,31 @@ def _installed(requirement: str) -> str | None:
         return None
 
 
-def new_framework_only() -> str | None:
-    """The ag2 version when only ag2 >= 1 (no ``autogen`` package) is installed, else None."""
-    if importlib.util.find_spec("autogen") is not None:
-        return None
-    installed = _installed(_instruments_ag2)
-    return (
-        installed
-        if installed is not None and not Requirement(_instruments_ag2).specifier.contains(installed)
-        else None
-    )
-
-
 def dependencies() -> tuple[str, ...]:
-    """The requirement of whichever distribution provides ``autogen`` (psycopg2-style).
-
-    With only ag2 >= 1 installed nothing is required, so that ``instrument()`` runs and says
-    in one warning line that the new framework is not covered yet, instead of a version conflict.
-    """
+    """The requirement of whichever installed distribution provides AG2 (psycopg2-style)."""
     found = {requirement: _installed(requirement) for requirement in _instruments_any}
     for requirement, installed in found.items():
         if installed is not None and Requirement(requirement).specifier.contains(installed):
             return (requirement,)
-    if new_framework_only() is not None:
-        return ()
     for requirement, installed in found.items():
         if installed is not None:
             return (requirement,)  # out of range: BaseInstrumentor reports the conflict
     return _instruments_any
 
 
+def _note_untested(framework: str, installed: str, newest_tested: str, tested: str) -> None:
+    if Version(installed) > Version(newest_tested):
+        _LOG.info(
+            "otel-handoff: %s %s is newer than the releases tested (%s); every wrap point was "
+            "found, so it is instrumented.",
+            framework,
+            installed,
+            tested,
+        )
+
+
 def detect() -> AG2Features | None:
-    """Read what the installed AG2 offers; None when ``autogen`` is not importable (ag2 >= 1)."""
+    """Read what the classic ``autogen`` package offers; None when it is not installed."""
     if importlib.util.find_spec("autogen") is None:
         return None
     from autogen.agentchat.group import context_condition, group_utils
@@ -106,3 +108,24 @@ def detect() -> AG2Features | None:
             features.version,
         )
     return features
+
+
+def classic_untested_note(features: AG2Features) -> None:
+    _note_untested("autogen (classic AG2)", features.version, NEWEST_TESTED_CLASSIC, TESTED_CLASSIC)
+
+
+def network_version() -> str | None:
+    """The ag2 version when ``ag2.network`` (ag2 >= 1) is installed, else None."""
+    try:
+        if importlib.util.find_spec("ag2.network") is None:
+            return None
+    except ImportError:  # an `ag2` without submodules, e.g. a namespace of 0.x
+        return None
+    installed = _installed("ag2")
+    if installed is None or Version(installed) < Version("1.0"):
+        return None  # ag2 0.13-0.14 ship the same code as the autogen.beta preview: not covered
+    return installed
+
+
+def network_untested_note(installed: str) -> None:
+    _note_untested("ag2", installed, NEWEST_TESTED_NETWORK, TESTED_NETWORK)

@@ -1,0 +1,30 @@
+"""Real ag2 1.x workflow channels, run offline and traced: ``otel-handoff demo --framework ag2``.
+
+A real ``Hub`` folds, routes and closes the channels; only the model's replies are scripted
+(:mod:`otel_handoff._ag2_network_offline`). AG2's own tracing is on, so the handoff spans sit
+under AG2's ``network.envelope`` spans in one trace per channel.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._ag2_network_offline import demo_workflow
+from ._demo_export import DemoResult, DemoTracing
+from .ag2 import AG2HandoffInstrumentor
+
+__all__ = ["run_ag2_demo"]
+
+
+async def run_ag2_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
+    """Run a tool handoff ending in ``Finish`` and a rule-driven ping-pong; return their spans."""
+    tracing = DemoTracing.create(export_path)
+    instrumentor = AG2HandoffInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        raise RuntimeError("run_ag2_demo instruments AG2 itself: uninstrument it first")
+    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
+    try:
+        await demo_workflow(tracer_provider=tracing.provider)
+    finally:
+        instrumentor.uninstrument()
+    return tracing.result()
