@@ -376,6 +376,22 @@ def metric_exporters() -> list[tuple[str, MetricExporter]]:
     return _exporters("metrics")
 
 
+def exporters(
+    *, build: bool = True
+) -> tuple[list[tuple[str, SpanExporter]], list[tuple[str, MetricExporter]]]:
+    """Span and metric exporters together, each bad setting reported once for both.
+
+    ``build=False`` only checks the settings (each problem still reported once) and builds
+    nothing: for a program that exports only when an endpoint is set.
+    """
+    _problems.reset()
+    if not build:
+        for signal in ("traces", "metrics"):
+            _otlp_settings(signal, None)
+        return [], []
+    return _exporters("traces"), _exporters("metrics")
+
+
 def _meter_provider(resource: Resource) -> tuple[metrics.MeterProvider, list[str]]:
     current = metrics.get_meter_provider()
     if not _is_unset_meter_provider(current):

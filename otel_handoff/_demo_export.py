@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ._configure import metric_exporters, span_exporters
+from ._configure import exporters
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
 
@@ -171,11 +171,12 @@ class DemoTracing:
         otlp: _CountingExporter | None = None
         otlp_target: str | None = None
         meter_provider: MeterProvider | None = None
-        if _otlp_requested():
-            for description, exporter in span_exporters():
+        spans_out, metrics_out = exporters(build=_otlp_requested())  # bad settings: one line each
+        if spans_out or metrics_out:
+            for description, exporter in spans_out:
                 otlp, otlp_target = _CountingExporter(exporter), description
                 provider.add_span_processor(BatchSpanProcessor(otlp))
-            readers = [PeriodicExportingMetricReader(exporter) for _, exporter in metric_exporters()]
+            readers = [PeriodicExportingMetricReader(exporter) for _, exporter in metrics_out]
             if readers:  # the handoff metrics too, for the Grafana dashboard
                 meter_provider = MeterProvider(resource=provider.resource, metric_readers=readers)
         path = os.fspath(export_path) if export_path is not None else None

@@ -33,3 +33,45 @@ def test_demo_prints_every_handoff_as_a_waterfall() -> None:
     for phase in ("pause", "start", "on_enter", "drain", "close", "resume", "realtime_update"):
         assert re.search(rf"^\s+{phase}\s+│", out, flags=re.M), phase
     assert "spans exported" not in out  # no OTLP endpoint, no --export: nothing claimed
+
+
+def _demo(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {"NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "otel_handoff", "demo", *args],
+        env=base | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_bad_protocol_is_reported_once_with_or_without_an_endpoint() -> None:
+    for endpoint in ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}, {}):
+        result = _demo(OTEL_EXPORTER_OTLP_PROTOCOL="bogus", **endpoint)
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines = [line for line in result.stderr.splitlines() if "OTEL_EXPORTER_OTLP_PROTOCOL" in line]
+        assert len(lines) == 1 and "'bogus'" in lines[0] and "grpc or http/protobuf" in lines[0], endpoint
+
+
+def test_ag2_demo_prints_workflow_handoffs() -> None:
+    import pytest
+
+    pytest.importorskip("ag2.network")
+    result = _demo("--framework", "ag2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms\s+(\w+)$", result.stdout, flags=re.M)
+    assert headers == [
+        ("1", "reception", "triage", "transition", "completed"),
+        ("2", "triage", "billing", "handoff:transfer_to_billing", "completed"),
+        ("3", "billing", "(none)", "finish:finish_call", "completed"),
+        ("1", "customer", "triage", "transition", "completed"),
+        ("2", "triage", "supervisor", "tool_called:escalate", "completed"),
+        ("3", "supervisor", "vip", "transition", "completed"),
+        ("4", "vip", "(none)", "transition", "completed"),
+        ("1", "triage", "billing", "transition", "completed"),
+        ("2", "billing", "triage", "transition", "completed"),
+        ("3", "triage", "billing", "transition", "completed"),
+        ("4", "billing", "(none)", "max_turns", "completed"),
+    ]
+    assert "reused:" not in result.stdout  # LiveKit's resource line only where it means something

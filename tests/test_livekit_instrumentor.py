@@ -64,7 +64,8 @@ def test_instrument_wraps_once_and_uninstrument_restores(provider: Any) -> None:
         instrumentor.uninstrument()
     for (owner, name), original in zip(PATCHED, originals, strict=True):
         assert current(owner, name) is original, name
-    assert instrumentor.instrumentation_dependencies() == ("livekit-agents >= 1.2.18, < 1.9",)
+    # lower bound only: the release after the tested ones is instrumented when every wrap point holds
+    assert instrumentor.instrumentation_dependencies() == ("livekit-agents >= 1.2.18",)
 
 
 async def test_no_spans_after_uninstrument(provider: Any, spans: Spans) -> None:

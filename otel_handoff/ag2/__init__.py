@@ -29,13 +29,12 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from .. import semconv as sc
+from .._instrumentor import HandoffInstrumentor
 from .._metrics import HandoffMetrics
-from ..version import __version__
 from . import _features, _wrappers
 from ._chat import Telemetry
 
@@ -160,7 +159,7 @@ def _static_attributes(version: str) -> dict[str, Any]:
     }
 
 
-class AG2HandoffInstrumentor(BaseInstrumentor):
+class AG2HandoffInstrumentor(HandoffInstrumentor):
     """Traces AG2 handoffs: classic group chats (ag2 0.9.10-0.14, autogen 0.14), ag2 1.x channels."""
 
     # (module, name, defined on the owner itself rather than inherited)
@@ -174,12 +173,7 @@ class AG2HandoffInstrumentor(BaseInstrumentor):
         return _features.dependencies()
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer = trace.get_tracer(
-            __name__,
-            __version__,
-            tracer_provider=kwargs.get("tracer_provider"),
-            schema_url="https://opentelemetry.io/schemas/1.28.0",
-        )
+        tracer = self.tracer(__name__, kwargs)
         metrics = HandoffMetrics(kwargs.get("meter_provider"), __name__)
         cls = type(self)
         wrapped: list[tuple[str, str, bool]] = []

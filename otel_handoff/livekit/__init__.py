@@ -14,21 +14,21 @@ wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_ente
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
+from packaging.version import Version
 from wrapt import wrap_function_wrapper
 
 from .. import semconv as sc
 from .._faults import report
+from .._instrumentor import HandoffInstrumentor
 from .._metrics import HandoffMetrics
-from ..version import __version__
 from . import _features, _wrappers
-from .package import _instruments
+from .package import NEWEST_TESTED, TESTED, _instruments
 
 _LOG = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def _its_stt(stream: Any) -> Any:
     return stream._stt  # a handoff watches the STT, which opens the streams
 
 
-class LiveKitHandoffInstrumentor(BaseInstrumentor):
+class LiveKitHandoffInstrumentor(HandoffInstrumentor):
     """Traces LiveKit Agents handoffs (livekit-agents 1.2 to 1.8)."""
 
     _wrapped: tuple[tuple[str, str], ...] = ()
@@ -118,13 +118,10 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
         return _instruments
 
     def _instrument(self, **kwargs: Any) -> None:
+        if importlib.util.find_spec("livekit") is None or importlib.util.find_spec("livekit.agents") is None:
+            return  # not installed (opentelemetry-instrument calls every entry point): not a problem
         features = _features.detect()
-        tracer = trace.get_tracer(
-            __name__,
-            __version__,
-            tracer_provider=kwargs.get("tracer_provider"),
-            schema_url="https://opentelemetry.io/schemas/1.28.0",
-        )
+        tracer = self.tracer(__name__, kwargs)
         telemetry = _wrappers.Telemetry(
             tracer=tracer,
             metrics=HandoffMetrics(kwargs.get("meter_provider"), __name__),
@@ -147,6 +144,13 @@ class LiveKitHandoffInstrumentor(BaseInstrumentor):
             return
         type(self)._wrapped = tuple(wrapped)
         type(self)._telemetry = telemetry
+        if Version(features.version) > Version(NEWEST_TESTED):
+            _LOG.info(
+                "otel-handoff: livekit-agents %s is newer than the releases tested (%s); every wrap "
+                "point and feature check held, so it is instrumented.",
+                features.version,
+                TESTED,
+            )
         if features.tool_handoff_after_update == "rejected":
             self._rejection_log = _wrappers.RejectedHandoffLog(telemetry)
             logging.getLogger(_LIVEKIT_LOGGER).addFilter(self._rejection_log)

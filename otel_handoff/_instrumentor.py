@@ -1,0 +1,37 @@
+"""What every otel-handoff instrumentor shares on top of contrib's ``BaseInstrumentor``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+
+from .version import __version__
+
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.28.0"
+
+
+class HandoffInstrumentor(BaseInstrumentor):
+    """Counts as instrumented only when ``_instrument()`` wrapped something.
+
+    ``opentelemetry-instrument`` calls every entry point of an installed distribution, and a
+    framework may be absent or refused: then nothing is wrapped, and a later ``instrument()``
+    (once the framework is there) must not be turned away as "already instrumented".
+    """
+
+    # (module, name, ...) of every wrap point in place, set by ``_instrument``
+    _wrapped: tuple[tuple[Any, ...], ...] = ()
+
+    def instrument(self, **kwargs: Any) -> Any:
+        result = super().instrument(**kwargs)
+        if not type(self)._wrapped:
+            self._is_instrumented_by_opentelemetry = False
+        return result
+
+    @staticmethod
+    def tracer(scope: str, kwargs: dict[str, Any]) -> trace.Tracer:
+        """The tracer of an instrumentor's ``scope``, on ``tracer_provider`` if one was passed."""
+        return trace.get_tracer(
+            scope, __version__, tracer_provider=kwargs.get("tracer_provider"), schema_url=SCHEMA_URL
+        )

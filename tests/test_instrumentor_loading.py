@@ -1,0 +1,96 @@
+"""How the instrumentors load: an absent framework is no problem, wrapping nothing is not 'instrumented'."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from otel_handoff.ag2 import AG2HandoffInstrumentor
+from otel_handoff.ag2 import _features as ag2_features
+from otel_handoff.livekit import LiveKitHandoffInstrumentor
+
+
+@pytest.fixture
+def no_ag2(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As in a process where neither AG2 is installed (what `opentelemetry-instrument` meets)."""
+    monkeypatch.setattr(ag2_features, "detect", lambda: None)
+    monkeypatch.setattr(ag2_features, "network_version", lambda: None)
+
+
+def test_absent_framework_is_silent_and_not_instrumented(
+    no_ag2: None, provider: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    instrumentor = AG2HandoffInstrumentor()
+    with caplog.at_level(logging.DEBUG, logger="otel_handoff"):
+        # what opentelemetry-instrument does for every entry point of an installed distribution
+        instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+    assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
+    assert not instrumentor.is_instrumented_by_opentelemetry
+
+
+def test_instrument_after_wrapping_nothing_is_not_turned_away(
+    provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    instrumentor = AG2HandoffInstrumentor()
+    with monkeypatch.context() as absent:
+        absent.setattr(ag2_features, "detect", lambda: None)
+        absent.setattr(ag2_features, "network_version", lambda: None)
+        instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+    # the framework is there now: instrument() does its work instead of "already instrumented"
+    with caplog.at_level(logging.WARNING):
+        instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert instrumentor.is_instrumented_by_opentelemetry
+        assert not any("already instrumented" in r.getMessage() for r in caplog.records)
+    finally:
+        instrumentor.uninstrument()
+
+
+def test_a_release_missing_a_wrap_point_is_left_alone(
+    provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """All or nothing: one error line naming what is missing and the tested range, no patch."""
+    pytest.importorskip("ag2.network")
+    from ag2.network.adapters.workflow import WorkflowAdapter
+
+    monkeypatch.setattr(ag2_features, "detect", lambda: None)  # the classic part is tested elsewhere
+    monkeypatch.delattr(WorkflowAdapter, "fold")
+    instrumentor = AG2HandoffInstrumentor()
+    with caplog.at_level(logging.ERROR, logger="otel_handoff"):
+        instrumentor.instrument(tracer_provider=provider)
+    (record,) = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "WorkflowAdapter.fold" in record.getMessage() and "1.0.0 to 1.2.1" in record.getMessage()
+    assert not instrumentor.is_instrumented_by_opentelemetry
+    from ag2.network.hub.core import Hub
+    from wrapt import FunctionWrapper
+
+    assert not isinstance(vars(Hub)["__init__"], FunctionWrapper)
+
+
+def test_newer_untested_release_is_instrumented_with_one_info_line(
+    provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    pytest.importorskip("livekit.agents")
+    from otel_handoff.livekit import _features as lk_features
+
+    detect = lk_features.detect
+
+    def from_the_future() -> Any:
+        import dataclasses
+
+        return dataclasses.replace(detect(), version="9.0.0")
+
+    monkeypatch.setattr(lk_features, "detect", from_the_future)
+    instrumentor = LiveKitHandoffInstrumentor()
+    with caplog.at_level(logging.INFO, logger="otel_handoff"):
+        instrumentor.instrument(tracer_provider=provider)
+    try:
+        assert instrumentor.is_instrumented_by_opentelemetry
+        (line,) = [
+            r.getMessage() for r in caplog.records if "newer than the releases tested" in r.getMessage()
+        ]
+        assert "9.0.0" in line and "1.2.18 to 1.8.9" in line
+    finally:
+        instrumentor.uninstrument()
