@@ -17,6 +17,7 @@ What is added here is what an agent in production needs from it:
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
@@ -140,9 +141,11 @@ def _configure(service_name: str | None) -> Configuration:
         return Configuration(current, metrics.get_meter_provider(), created=False)
 
     resource = _resource(service_name)
-    tracer_provider = TracerProvider(resource=resource)  # shutdown_on_exit: flushes the batch at exit
+    # flushed at exit by _shutdown_at_exit, within EXIT_TIMEOUT_SECONDS, not the SDK's unbounded way
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     span_names: list[str] = []
-    for name, exporter in _exporters("traces"):
+    span_exporters_built = _exporters("traces")
+    for name, exporter in span_exporters_built:
         tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
         span_names.append(name)
     trace.set_tracer_provider(tracer_provider)
@@ -151,8 +154,10 @@ def _configure(service_name: str | None) -> Configuration:
         winner = trace.get_tracer_provider()
         _share_with_livekit(winner)
         return Configuration(winner, metrics.get_meter_provider(), created=False)
-    meter_provider, metric_names = _meter_provider(resource)
+    meter_provider, metric_names, metric_exporters_built = _meter_provider(resource)
     _share_with_livekit(tracer_provider)
+    exits = [e for _, e in (*span_exporters_built, *metric_exporters_built)]
+    atexit.register(_shutdown_at_exit, tracer_provider, meter_provider, exits)
     return Configuration(
         tracer_provider,
         meter_provider,
@@ -392,22 +397,24 @@ def exporters(
     return _exporters("traces"), _exporters("metrics")
 
 
-def _meter_provider(resource: Resource) -> tuple[metrics.MeterProvider, list[str]]:
+def _meter_provider(resource: Resource) -> tuple[metrics.MeterProvider, list[str], list[tuple[str, Any]]]:
     current = metrics.get_meter_provider()
     if not _is_unset_meter_provider(current):
-        return current, []
+        return current, [], []
     exporters = _exporters("metrics")
     if not exporters:
         # no global MeterProvider then: LiveKit Cloud, for one, installs its own only if none is set
-        return current, []
+        return current, [], []
     provider = MeterProvider(
-        resource=resource, metric_readers=[PeriodicExportingMetricReader(e) for _, e in exporters]
+        resource=resource,
+        metric_readers=[PeriodicExportingMetricReader(e) for _, e in exporters],
+        shutdown_on_exit=False,  # _shutdown_at_exit
     )
     metrics.set_meter_provider(provider)
     if metrics.get_meter_provider() is not provider:
         provider.shutdown()
-        return metrics.get_meter_provider(), []
-    return provider, [name for name, _ in exporters]
+        return metrics.get_meter_provider(), [], []
+    return provider, [name for name, _ in exporters], exporters
 
 
 def _is_unset_meter_provider(provider: metrics.MeterProvider) -> bool:
@@ -449,6 +456,46 @@ def _instrument_frameworks(configuration: Configuration) -> None:
             instrumentor.instrument(
                 tracer_provider=configuration.tracer_provider, meter_provider=configuration.meter_provider
             )
+
+
+# --- a bounded exit -------------------------------------------------------------------------------
+EXIT_TIMEOUT_SECONDS = 1.0  # what an unanswering collector may add to a process's exit
+
+
+def shutdown_within(
+    tracer_provider: Any, meter_provider: Any, exporters: Sequence[Any], timeout: float = EXIT_TIMEOUT_SECONDS
+) -> int:
+    """Flush and shut both providers down, giving exporters that do not answer ``timeout`` seconds.
+
+    The SDK's own shutdown waits out every retry of an unreachable collector (about 15 s);
+    here an exporter whose receiver is already in an outage is shut down at once, the others
+    once ``timeout`` has passed, which ends their retries and in-flight calls. Returns how many
+    spans were not delivered.
+    """
+    for exporter in exporters:
+        if getattr(exporter, "outage_down", False):
+            exporter.shutdown()
+    timer = threading.Timer(timeout, lambda: [exporter.shutdown() for exporter in exporters])
+    timer.daemon = True
+    timer.start()
+    try:
+        tracer_provider.shutdown()
+        if isinstance(meter_provider, MeterProvider):
+            meter_provider.shutdown()
+    finally:
+        timer.cancel()
+    return sum(e.failed for e in exporters if isinstance(e, _QuietSpanExporter))
+
+
+def _shutdown_at_exit(tracer_provider: Any, meter_provider: Any, exporters: Sequence[Any]) -> None:
+    undelivered = shutdown_within(tracer_provider, meter_provider, exporters)
+    if undelivered:
+        _LOG.warning(
+            "otel-handoff: %d span(s) were not delivered: the exporter did not succeed before exit "
+            "(each is given %.0f s at exit).",
+            undelivered,
+            EXIT_TIMEOUT_SECONDS,
+        )
 
 
 # --- one warning per outage ----------------------------------------------------------------------
@@ -501,6 +548,12 @@ class _Outage:
         # exporters log through their modules' loggers (getLogger(__name__)), base classes' too
         self._loggers = sorted({cls.__module__ for cls in type(exporter).__mro__} - {"builtins", "abc"})
 
+    @property
+    def down(self) -> bool:
+        """The receiver's last export failed: it is in an outage."""
+        with _down_lock:
+            return bool(_down.get(self._receiver))
+
     def run(self, export: Callable[[], T], succeeded: Callable[[T], bool], failure: T) -> T:
         with _captured_warnings(self._loggers) as reasons:
             try:
@@ -541,19 +594,36 @@ class _QuietSpanExporter(SpanExporter):
     def __init__(self, inner: SpanExporter, outage: _Outage) -> None:
         self._inner = inner
         self._outage = outage
+        self._shut = False
+        self.exported = 0  # spans the receiver accepted
+        self.failed = 0  # spans it did not
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self._outage.run(
+        if self._shut:
+            self.failed += len(spans)
+            return SpanExportResult.FAILURE
+        result = self._outage.run(
             lambda: self._inner.export(spans),
             lambda result: result is SpanExportResult.SUCCESS,
             SpanExportResult.FAILURE,
         )
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(spans)
+        else:
+            self.failed += len(spans)
+        return result
+
+    @property
+    def outage_down(self) -> bool:
+        return self._outage.down
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._inner.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        self._inner.shutdown()
+        if not self._shut:  # once: the exit timer and the provider may both ask
+            self._shut = True
+            self._inner.shutdown()
 
 
 class _QuietMetricExporter(MetricExporter):
@@ -567,21 +637,30 @@ class _QuietMetricExporter(MetricExporter):
         )
         self._inner = inner
         self._outage = outage
+        self._shut = False
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
+        if self._shut:
+            return MetricExportResult.FAILURE
         return self._outage.run(
             lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
             lambda result: result is MetricExportResult.SUCCESS,
             MetricExportResult.FAILURE,
         )
 
+    @property
+    def outage_down(self) -> bool:
+        return self._outage.down
+
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self._inner.force_flush(timeout_millis=timeout_millis)
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+        if not self._shut:  # once: the exit timer and the provider may both ask
+            self._shut = True
+            self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def _quiet(signal: Signal, exporter: Any, target: str) -> Any:

@@ -21,12 +21,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
     SimpleSpanProcessor,
-    SpanExporter,
-    SpanExportResult,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ._configure import exporters
+from ._configure import exporters, shutdown_within
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
 
@@ -36,29 +34,6 @@ class DemoSetupError(Exception):
 
 
 # --- tracing -----------------------------------------------------------------------------------
-class _CountingExporter(SpanExporter):
-    """Delegates to an exporter and counts what it accepted, for an honest summary line."""
-
-    def __init__(self, inner: SpanExporter) -> None:
-        self.inner = inner
-        self.exported = 0
-        self.failed = 0
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        result = self.inner.export(spans)
-        if result is SpanExportResult.SUCCESS:
-            self.exported += len(spans)
-        else:
-            self.failed += len(spans)
-        return result
-
-    def shutdown(self) -> None:
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
-
-
 def _otlp_requested() -> bool:
     """The demo exports over OTLP only when an endpoint is set (it runs fine without one)."""
     return any(
@@ -125,18 +100,18 @@ class DemoResult:
     realtime_sessions: int = 0
     export_path: str | None = None
     otlp_target: str | None = None
-    _otlp: _CountingExporter | None = field(default=None, repr=False)
+    _otlp: Any | None = field(default=None, repr=False)
+    _exporters: tuple[Any, ...] = field(default=(), repr=False)  # every OTLP exporter, span and metric
 
     def shutdown(self) -> str | None:
         """Flush and shut the provider down; return one line saying where spans went, if anywhere."""
-        self.provider.shutdown()
-        if self.meter_provider is not None:
-            self.meter_provider.shutdown()
+        # a collector that does not answer delays the exit by EXIT_TIMEOUT_SECONDS at most
+        shutdown_within(self.provider, self.meter_provider, self._exporters)
         where: list[str] = []
         if self._otlp is not None and self.otlp_target is not None:
             if self._otlp.failed:
                 where.append(
-                    f"{self.otlp_target} ({self._otlp.exported} spans, {self._otlp.failed} failed:"
+                    f"{self.otlp_target} ({self._otlp.exported} spans, {self._otlp.failed} not delivered:"
                     " see the log above)"
                 )
             else:
@@ -154,8 +129,9 @@ class DemoTracing:
     memory: InMemorySpanExporter
     meter_provider: MeterProvider | None
     export_path: str | None
-    otlp: _CountingExporter | None
+    otlp: Any | None
     otlp_target: str | None
+    exporters: tuple[Any, ...]
 
     @classmethod
     def create(cls, export_path: str | os.PathLike[str] | None) -> DemoTracing:
@@ -165,22 +141,25 @@ class DemoTracing:
                 Path(export_path).open("w", encoding="utf-8").close()
             except OSError as exc:
                 raise DemoSetupError(f"cannot write {os.fspath(export_path)}: {exc.strerror or exc}") from exc
-        provider = TracerProvider(resource=_resource())
+        provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)  # DemoResult.shutdown
         memory = InMemorySpanExporter()
         provider.add_span_processor(SimpleSpanProcessor(memory))
-        otlp: _CountingExporter | None = None
+        otlp: Any | None = None
         otlp_target: str | None = None
         meter_provider: MeterProvider | None = None
         spans_out, metrics_out = exporters(build=_otlp_requested())  # bad settings: one line each
         if spans_out or metrics_out:
             for description, exporter in spans_out:
-                otlp, otlp_target = _CountingExporter(exporter), description
+                otlp, otlp_target = exporter, description  # counts what was delivered
                 provider.add_span_processor(BatchSpanProcessor(otlp))
             readers = [PeriodicExportingMetricReader(exporter) for _, exporter in metrics_out]
             if readers:  # the handoff metrics too, for the Grafana dashboard
-                meter_provider = MeterProvider(resource=provider.resource, metric_readers=readers)
+                meter_provider = MeterProvider(
+                    resource=provider.resource, metric_readers=readers, shutdown_on_exit=False
+                )
         path = os.fspath(export_path) if export_path is not None else None
-        return cls(provider, memory, meter_provider, path, otlp, otlp_target)
+        built = tuple(exporter for _, exporter in (*spans_out, *metrics_out))
+        return cls(provider, memory, meter_provider, path, otlp, otlp_target, built)
 
     def result(self, **counts: Any) -> DemoResult:
         """The finished spans, also written to the export file if one was asked for."""
@@ -194,5 +173,6 @@ class DemoTracing:
             export_path=self.export_path,
             otlp_target=self.otlp_target,
             _otlp=self.otlp,
+            _exporters=self.exporters,
             **counts,
         )
