@@ -130,7 +130,7 @@ def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
         f"#{sequence}" if sequence is not None else "#?",
         f"{from_agent} → {to_agent}",
         trigger,
-        f"{total:.2f} ms",
+        f"{total:.2f} ms wall",  # the span, waits and on_enter included (summary: agent_handoff.duration)
         outcome,
     )
 

@@ -326,13 +326,25 @@ def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[in
     return [line(header), *(line(r) for r in rows)]
 
 
+# the handoff time both here and in the overview's p50/p95/max: the span's `agent_handoff.duration`
+DURATION_LABEL = "duration"
+DURATION_LEGEND = (
+    "duration = agent_handoff.duration: on LiveKit the phases only (no queue or lock wait, no on_enter),"
+    " on AG2 from the decision to the next turn; the demo's waterfall shows each span's wall time"
+)
+
+
 def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
     """An overview line per pair, then each pair's phase table (milliseconds)."""
     total = sum(p.count for p in pairs)
     noun = "handoff" if total == 1 else "handoffs"
     where = f" in {source}" if source else ""
     pair_noun = "agent pair" if len(pairs) == 1 else "agent pairs"
-    lines = [f"{total} {noun}, {len(pairs)} {pair_noun}{where} · percentiles nearest-rank · times in ms", ""]
+    lines = [
+        f"{total} {noun}, {len(pairs)} {pair_noun}{where} · percentiles nearest-rank · times in ms",
+        DURATION_LEGEND,
+        "",
+    ]
     header = [
         "framework",
         "from → to",
@@ -378,7 +390,7 @@ def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
             "",
             f"{pair.label}  ({pair.framework}, {pair.count} {'handoff' if pair.count == 1 else 'handoffs'})",
         ]
-        stats = [("total", pair.duration), *pair.phases.items()]
+        stats = [(DURATION_LABEL, pair.duration), *pair.phases.items()]
         rows = [
             [name, str(s.count), _ms(s.p50), _ms(s.p95), _ms(s.max), _ms(s.mean)]
             for name, s in stats

@@ -15,7 +15,7 @@ def test_demo_prints_every_handoff_as_a_waterfall() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms\s+(\w+)$", out, flags=re.M)
+    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$", out, flags=re.M)
     assert headers == [
         ("1", "triage", "collect_email", "task", "completed"),  # an AgentTask enters...
         ("2", "collect_email", "triage", "task", "completed"),  # ...and hands back
@@ -60,7 +60,7 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
     pytest.importorskip("ag2.network")
     result = _demo("--framework", "ag2")
     assert result.returncode == 0, result.stderr[-2000:]
-    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms\s+(\w+)$", result.stdout, flags=re.M)
+    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$", result.stdout, flags=re.M)
     assert headers == [
         ("1", "reception", "triage", "transition", "completed"),
         ("2", "triage", "billing", "handoff:transfer_to_billing", "completed"),
