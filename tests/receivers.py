@@ -355,7 +355,6 @@ class Phoenix:
             process = subprocess.Popen(
                 command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
             )
-        http_port, grpc_port = free_port(), free_port()
         own_namespace = os.readlink("/proc/self/ns/net")
 
         def isolated() -> bool:
@@ -370,21 +369,22 @@ class Phoenix:
                 __file__,
                 "relay",
                 str(process.pid),
-                f"{http_port}:{_PHOENIX_HTTP}",
-                f"{grpc_port}:{_PHOENIX_GRPC}",
+                f"0:{_PHOENIX_HTTP}",  # port 0: the relay binds, then says which ports it got
+                f"0:{_PHOENIX_GRPC}",
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-        phoenix = cls(process, relay, http_port, grpc_port, log)
+        phoenix = cls(process, relay, 0, 0, log)
         try:
             assert relay.stdout is not None
-            ready = relay.stdout.readline().decode(errors="replace").strip()
-            if ready != "relay ready":
+            ready = relay.stdout.readline().decode(errors="replace").split()
+            if ready[:2] != ["relay", "ready"]:
                 if process.poll() is not None:
                     missing(f"Phoenix could not start isolated (unshare -n needs root): {phoenix.tail()}")
                 raise AssertionError(f"relay failed: {ready} {relay.stdout.read(2000)!r}")
+            phoenix.http_port, phoenix.grpc_port = (int(port) for port in ready[2:4])
             wait_until(
                 lambda: process.poll() is not None or phoenix._healthy(),
                 "Phoenix to answer /healthz",
@@ -645,7 +645,8 @@ def _relay_main(pid: int, mappings: list[str]) -> None:
 
     async def main() -> None:
         servers = [await asyncio.start_server(handler(target), sock=sock) for sock, target in listeners]
-        print("relay ready", flush=True)
+        ports = " ".join(str(sock.getsockname()[1]) for sock, _ in listeners)
+        print(f"relay ready {ports}", flush=True)
         await asyncio.gather(*(server.serve_forever() for server in servers))
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -60,7 +60,8 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
     pytest.importorskip("ag2.network")
     result = _demo("--framework", "ag2")
     assert result.returncode == 0, result.stderr[-2000:]
-    headers = re.findall(r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$", result.stdout, flags=re.M)
+    header = r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$"
+    headers = re.findall(header, result.stdout, flags=re.M)
     assert headers == [
         ("1", "reception", "triage", "transition", "completed"),
         ("2", "triage", "billing", "handoff:transfer_to_billing", "completed"),

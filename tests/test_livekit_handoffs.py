@@ -162,7 +162,15 @@ async def test_back_to_back_update_agent_queues(instrumented: Spans) -> None:
     assert (queue.end_time - queue.start_time) / 1e9 == pytest.approx(second_attrs[sc.QUEUE_WAIT_DURATION])
     # "from" is the agent actually drained, not the one current when it was requested
     assert second_attrs[sc.GEN_AI_HANDOFF_FROM_AGENT] == Billing().label
-    assert second_attrs[sc.DURATION] < HOLD
+    assert_waits_outside_phases(second)
+
+
+def assert_waits_outside_phases(handoff: Any) -> None:
+    """Phases, queue wait and lock wait are disjoint parts of the span: counted twice, they would
+    add up to more than its wall time (whatever the machine's load)."""
+    attrs = handoff.attributes
+    waits = attrs[sc.QUEUE_WAIT_DURATION] + attrs[sc.LOCK_WAIT_DURATION]
+    assert attrs[sc.DURATION] + waits <= (handoff.end_time - handoff.start_time) / 1e9 + 1e-6
 
 
 async def test_contended_session_lock(instrumented: Spans) -> None:
@@ -183,8 +191,7 @@ async def test_contended_session_lock(instrumented: Spans) -> None:
     assert attrs[sc.LOCK_WAIT_DURATION] >= HOLD
     [wait] = instrumented.children(handoff, sc.SPAN_LOCK_WAIT)
     assert wait.attributes[sc.LOCK] == "session"
-    for key in (sc.DRAIN_DURATION, sc.CLOSE_DURATION, sc.START_DURATION, sc.DURATION):
-        assert attrs[key] < HOLD, key  # phases exclude the lock wait
+    assert_waits_outside_phases(handoff)  # phases exclude the lock wait
     [drain] = instrumented.children(handoff, sc.SPAN_DRAIN)
     assert drain.start_time >= wait.end_time
 
@@ -212,7 +219,8 @@ async def test_slow_on_enter_outlives_handoff(instrumented: Spans) -> None:
     [on_enter] = instrumented.children(handoff, sc.SPAN_ON_ENTER)
     assert on_enter.attributes[sc.ON_ENTER_DURATION] >= HOLD
     assert on_enter.end_time > handoff.end_time
-    assert attrs[sc.DURATION] < HOLD  # on_enter is not part of the handoff's duration
+    # on_enter is not part of the handoff's duration: it is within the span, which ends before on_enter
+    assert attrs[sc.DURATION] <= (handoff.end_time - handoff.start_time) / 1e9 + 1e-6
     assert on_enter.status.status_code is StatusCode.UNSET
 
 
