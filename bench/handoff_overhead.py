@@ -840,7 +840,9 @@ def markdown(res: dict[str, Any]) -> str:
                 f"{areas.get('opentelemetry', {}).get('opcodes', 0):.0f} |"
             )
     st = res.get("startup")
-    if st:
+    if st and st.get("skipped"):
+        lines += ["", f"Start-up: not measured ({st['skipped']})."]
+    elif st:
         lines += [
             "",
             f"Start-up ({st['runs']} runs each, interleaved; wall = whole `python -c …` subprocess):",
@@ -863,8 +865,9 @@ def markdown(res: dict[str, Any]) -> str:
             f"Start-up goal ({goal['case']} - not_installed ≤ 1 ms, `-X importtime`, paired median): "
             f"{goal['value']:.2f} ms {mark('startup_ms')}",
         ]
-        if st.get("pth_note"):
-            lines.append(f"({st['pth_note']})")
+        for note in ("pth_note", "editable_note"):
+            if st.get(note):
+                lines.append(f"({st[note]})")
     return "\n".join(lines) + "\n"
 
 
@@ -881,7 +884,7 @@ def goals(res: dict[str, Any]) -> dict[str, Any]:
         },
     }
     st = res.get("startup")
-    if st:
+    if st and not st.get("skipped"):
         # the auto-instrument hook, once it exists, is what decides the goal
         case = st["cases"].get("pth_unset") or st["cases"]["installed"]
         # the more precise of the two: -X importtime (what runs at start-up), else wall
@@ -960,7 +963,11 @@ def main(argv: list[str] | None = None) -> int:
         import startup
 
         log("start-up ...")
-        res["startup"] = startup.measure(args.startup_runs, REPO, args.pth)
+        try:
+            res["startup"] = startup.measure(args.startup_runs, REPO, args.pth)
+        except Exception as exc:  # a step that cannot run says why; the handoff results stand
+            res["startup"] = {"skipped": f"{type(exc).__name__}: {exc}"}
+            log(f"start-up not measured: {exc}")
     if args.profile:
         res["profiles"] = profile(args.handoffs // 4 or 50, out.parent, log)
     res["load_after"] = loadavg()

@@ -133,20 +133,32 @@ def _wall_ms(python: Path, code: str, env: dict[str, str]) -> float:
     return (time.perf_counter_ns() - start) / 1e6
 
 
+class StepSkipped(Exception):
+    """This step cannot run in this install; the message says why (the rest is still reported)."""
+
+
 def measure(runs: int, repo: Path, pth: Path | None = None) -> dict[str, Any]:
     """Build the environments, time every case ``runs`` times interleaved, and summarise."""
     site = Path(sysconfig.get_paths()["purelib"])
-    dist = metadata.distribution(DIST_NAME)
+    try:
+        dist = metadata.distribution(DIST_NAME)
+    except metadata.PackageNotFoundError:
+        raise StepSkipped(
+            f"{DIST_NAME} is not installed in this Python ({sys.executable}): start-up compares installs "
+            "of it; pip install -e . (or the wheel) first"
+        ) from None
     dist_info = Path(str(dist._path))  # type: ignore[attr-defined]
     package_dir = repo / PACKAGE
-    # the development install exactly as it is (editable hook, start-up hook, dist-info)
+    # the development install exactly as it is (editable hook, start-up hook, dist-info); a wheel
+    # install has none of the editable hook, and then there is no `editable` case to measure
     editable = [site / n for n in sorted(_own_entries(site)) if n != PACKAGE]
+    is_editable = any(p.name.startswith("__editable__") for p in editable)
     pth = pth or find_pth(repo)
 
     cases = [
         StartupCase("not_installed", "not_installed", "pass"),
         StartupCase("installed", "installed", "pass", baseline="not_installed"),
-        StartupCase("editable", "editable", "pass", baseline="not_installed"),
+        *([StartupCase("editable", "editable", "pass", baseline="not_installed")] if is_editable else []),
         StartupCase("import_otel_handoff", "installed", f"import {PACKAGE}", baseline="installed"),
         StartupCase(
             "import_otel_handoff_livekit", "installed", f"import {PACKAGE}.livekit", baseline="installed"
@@ -165,8 +177,9 @@ def measure(runs: int, repo: Path, pth: Path | None = None) -> dict[str, Any]:
         envs = {
             "not_installed": _make_env(root, "not_installed", site, []),
             "installed": _make_env(root, "installed", site, [(package_dir, True), (dist_info, True)]),
-            "editable": _make_env(root, "editable", site, [(p, False) for p in editable]),
         }
+        if is_editable:
+            envs["editable"] = _make_env(root, "editable", site, [(p, False) for p in editable])
         if pth is not None:
             envs["pth"] = _make_env(root, "pth", site, [(package_dir, True), (dist_info, True), (pth, True)])
         # sanity: the variants really differ
@@ -202,6 +215,7 @@ def measure(runs: int, repo: Path, pth: Path | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "runs": runs,
         "pth": str(pth) if pth is not None else None,
+        "editable_note": None if is_editable else "not an editable install: no `editable` case",
         "pth_note": None
         if pth is not None
         else "no auto-instrument .pth hook in the repository yet (issue 4): pth_unset not measured",
