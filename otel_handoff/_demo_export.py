@@ -6,7 +6,6 @@ or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and to an OTLP JSON Lines file
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 from collections.abc import Sequence
@@ -24,6 +23,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from . import _otlp_json as otlp_json
 from ._configure import exporters, shutdown_within
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
@@ -54,39 +54,18 @@ def _resource() -> Resource:
     return resource
 
 
-def _hex_ids(request: dict[str, Any]) -> dict[str, Any]:
-    """Ids as hex, as OTLP/JSON requires (the plain protobuf JSON mapping gives base64)."""
-
-    def fix(obj: dict[str, Any]) -> None:
-        for key in ("traceId", "spanId", "parentSpanId"):
-            if obj.get(key):
-                obj[key] = base64.b64decode(obj[key]).hex()
-
-    for resource_spans in request.get("resourceSpans", []):
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                fix(span)
-                for link in span.get("links", []):
-                    fix(link)
-    return request
-
-
 def write_otlp_json(spans: Sequence[ReadableSpan], path: str | os.PathLike[str]) -> None:
     """Write ``spans`` as OTLP JSON Lines: one ``ExportTraceServiceRequest`` per trace and line.
 
     The layout of the collector's file exporter, so the file can be replayed into a
     collector (``otlpjsonfile`` receiver) or read by anything that speaks OTLP/JSON.
     """
-    from google.protobuf.json_format import MessageToDict
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
     by_trace: dict[int, list[ReadableSpan]] = {}
     for span in sorted(spans, key=lambda s: s.start_time or 0):
         by_trace.setdefault(span.context.trace_id, []).append(span)
     with Path(path).open("w", encoding="utf-8") as out:
         for trace_spans in by_trace.values():
-            request = MessageToDict(encode_spans(trace_spans), use_integers_for_enums=True)
-            out.write(json.dumps(_hex_ids(request), separators=(",", ":")) + "\n")
+            out.write(json.dumps(otlp_json.encode(trace_spans), separators=(",", ":")) + "\n")
 
 
 @dataclass

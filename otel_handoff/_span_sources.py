@@ -16,10 +16,9 @@ the field path that is wrong, never a traceback.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
+import re
 import sys
 import urllib.error
 import urllib.parse
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from . import _otlp_json as otlp_json
 
 __all__ = ["SpanRecord", "SpanSourceError", "parse_spans", "read_spans"]
 
@@ -223,129 +224,48 @@ def _typed(value: Any, where: _Where, types: type | tuple[type, ...]) -> Any:
 
 # --- OTLP/JSON ------------------------------------------------------------------------------------
 def _otlp_request(request: Mapping[str, Any], where: _Where) -> list[SpanRecord]:
+    """An OTLP/JSON request, read by ``json_format`` into opentelemetry-proto's message."""
+    try:
+        message = otlp_json.parse_request(request)
+    except otlp_json.IdError as exc:
+        raise (where / exc.path).error(exc.problem) from None
+    except otlp_json.ParseError as exc:
+        path, problem = _parse_error(str(exc))
+        raise (where / path).error(problem) from None
     spans: list[SpanRecord] = []
-    for r, resource_spans in enumerate(_opt(request, "resourceSpans", where, list, [])):
-        at_resource = where / "resourceSpans" / r
-        _typed(resource_spans, at_resource, dict)
-        for s, scope_spans in enumerate(_opt(resource_spans, "scopeSpans", at_resource, list, [])):
-            at_scope = at_resource / "scopeSpans" / s
-            _typed(scope_spans, at_scope, dict)
-            for i, span in enumerate(_opt(scope_spans, "spans", at_scope, list, [])):
-                spans.append(_otlp_span(span, at_scope / "spans" / i))
+    paths = [path for path, _ in otlp_json.span_paths(request)]
+    flat = (s for rs in message.resource_spans for ss in rs.scope_spans for s in ss.spans)
+    for path, span in zip(paths, flat, strict=True):
+        if not span.name:
+            raise (where / f"{path}.name").error("missing")
+        spans.append(
+            SpanRecord(
+                trace_id=span.trace_id.hex(),
+                span_id=span.span_id.hex(),
+                parent_id=span.parent_span_id.hex() or None,
+                name=span.name,
+                start_ns=span.start_time_unix_nano or None,
+                end_ns=span.end_time_unix_nano or None,
+                status=_STATUS_CODES[span.status.code],
+                attributes={kv.key: otlp_json.any_value(kv.value) for kv in span.attributes},
+                links=tuple(link.span_id.hex() for link in span.links),
+            )
+        )
     return spans
 
 
-def _otlp_span(span: Any, where: _Where) -> SpanRecord:
-    _typed(span, where, dict)
-    status = _opt(span, "status", where, dict, {})
-    code = _opt(status, "code", where / "status", (int, str), 0)
-    links = _opt(span, "links", where, list, [])
-    return SpanRecord(
-        trace_id=_otlp_id(_get(span, "traceId", where, str), where / "traceId", 16),
-        span_id=_otlp_id(_get(span, "spanId", where, str), where / "spanId", 8),
-        parent_id=_otlp_id(span["parentSpanId"], where / "parentSpanId", 8)
-        if span.get("parentSpanId")
-        else None,
-        name=_get(span, "name", where, str),
-        start_ns=_nanos(span.get("startTimeUnixNano"), where / "startTimeUnixNano"),
-        end_ns=_nanos(span.get("endTimeUnixNano"), where / "endTimeUnixNano"),
-        status=_otlp_status(code, where / "status" / "code"),
-        attributes=_otlp_attributes(_opt(span, "attributes", where, list, []), where / "attributes"),
-        links=tuple(
-            _otlp_id(
-                _get(_typed(link, where / "links" / n, dict), "spanId", where / "links" / n, str),
-                where / "links" / n / "spanId",
-                8,
-            )
-            for n, link in enumerate(links)
-        ),
-    )
-
-
-def _otlp_id(value: str, where: _Where, size: int) -> str:
-    """Hex, as OTLP/JSON requires; base64 too, which the plain protobuf JSON mapping writes."""
-    if len(value) == 2 * size:
-        try:
-            bytes.fromhex(value)
-        except ValueError:
-            pass
-        else:
-            return value.lower()
-    try:
-        raw = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raw = b""
-    if len(raw) != size:
-        raise where.error(f"expected a {2 * size}-digit hex id, got {value!r}")
-    return raw.hex()
-
-
-def _otlp_status(code: int | str, where: _Where) -> str:
-    if isinstance(code, str):  # the enum by name, as protobuf JSON may write it
-        name = code.removeprefix("STATUS_CODE_")
-        if name in _STATUS_CODES.values():
-            return name
-        raise where.error(f"unknown status code {code!r}")
-    if code not in _STATUS_CODES:
-        raise where.error(f"unknown status code {code}")
-    return _STATUS_CODES[code]
-
-
-def _otlp_attributes(attributes: list[Any], where: _Where) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for index, attribute in enumerate(attributes):
-        at = where / index
-        _typed(attribute, at, dict)
-        key = _get(attribute, "key", at, str)
-        result[key] = _any_value(_opt(attribute, "value", at, dict, {}), at / "value")
-    return result
-
-
-def _any_value(value: Mapping[str, Any], where: _Where) -> Any:
-    """A plain Python value from an OTLP ``AnyValue`` (an empty one is protobuf's default: None)."""
-    if "stringValue" in value:
-        return _typed(value["stringValue"], where / "stringValue", str)
-    if "boolValue" in value:
-        return _typed(value["boolValue"], where / "boolValue", bool)
-    if "intValue" in value:
-        raw = _typed(value["intValue"], where / "intValue", (int, str))
-        try:
-            return int(raw)
-        except ValueError:
-            raise (where / "intValue").error(f"expected an integer, got {raw!r}") from None
-    if "doubleValue" in value:
-        raw = _typed(value["doubleValue"], where / "doubleValue", (int, float, str))
-        try:
-            return float(raw)  # protobuf JSON writes NaN and Infinity as strings
-        except ValueError:
-            raise (where / "doubleValue").error(f"expected a number, got {raw!r}") from None
-    if "arrayValue" in value:
-        array = _typed(value["arrayValue"], where / "arrayValue", dict)
-        values = _opt(array, "values", where / "arrayValue", list, [])
-        return [
-            _any_value(
-                _typed(v, where / "arrayValue" / "values" / n, dict), where / "arrayValue" / "values" / n
-            )
-            for n, v in enumerate(values)
-        ]
-    if "kvlistValue" in value:
-        kvlist = _typed(value["kvlistValue"], where / "kvlistValue", dict)
-        return _otlp_attributes(
-            _opt(kvlist, "values", where / "kvlistValue", list, []), where / "kvlistValue"
-        )
-    if "bytesValue" in value:
-        return _typed(value["bytesValue"], where / "bytesValue", str)
-    return None
-
-
-def _nanos(value: Any, where: _Where) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise where.error(f"expected an integer of nanoseconds, got {value!r}")
+def _parse_error(message: str) -> tuple[str, str]:
+    """(field path, problem) from json_format's nested message, without the values it quotes."""
+    fields = re.findall(r"Failed to parse (\w+) field: ", message)
+    problem = re.split(r"Failed to parse \w+ field: ", message)[-1]
+    located = re.search(r" at ExportTraceServiceRequest\.(\S+?)\.*$", problem)
+    if located is not None:
+        problem = problem[: located.start()]
+        path = _join(located.group(1), fields[-1]) if fields else located.group(1)
+    else:
+        path = ".".join(fields)
+    problem = re.sub(r" which is .*$", "", " ".join(problem.split()), flags=re.S).rstrip(".")
+    return path, problem
 
 
 # --- ConsoleSpanExporter (ReadableSpan.to_json) ---------------------------------------------------

@@ -12,7 +12,6 @@ loopback ports here to it: nothing listens beyond 127.0.0.1. Installed by
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import importlib.util
 import itertools
@@ -36,6 +35,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from otel_handoff import _otlp_json as otlp_json
 from otel_handoff import semconv as sc
 
 T = TypeVar("T")
@@ -101,40 +101,22 @@ def stop(process: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
 
 
-def _any_value(value: dict[str, Any]) -> Any:
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return value["boolValue"]
-    if "intValue" in value:
-        return int(value["intValue"])
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return [_any_value(v) for v in value["arrayValue"].get("values", [])]
-    if "bytesValue" in value:
-        return base64.b64decode(value["bytesValue"])
-    if not value:  # an empty AnyValue is how protobuf JSON writes an empty string or zero
-        return None
-    raise ValueError(f"unexpected OTLP value {value}")
-
-
 def read_otlp_json(path: Path) -> list[Span]:
+    """Spans of an OTLP JSON Lines file, read with json_format (otel_handoff's one OTLP/JSON reader)."""
     spans: list[Span] = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        for resource_spans in json.loads(line).get("resourceSpans", []):
-            for scope_spans in resource_spans.get("scopeSpans", []):
-                for span in scope_spans.get("spans", []):
+        request = otlp_json.parse_request(json.loads(line))
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
                     spans.append(
                         {
-                            "trace_id": span["traceId"],
-                            "span_id": span["spanId"],
-                            "parent_id": span.get("parentSpanId") or None,
-                            "name": span["name"],
-                            "status": _STATUS[int(span.get("status", {}).get("code", 0))],
-                            "attributes": {
-                                a["key"]: _any_value(a.get("value", {})) for a in span.get("attributes", [])
-                            },
+                            "trace_id": span.trace_id.hex(),
+                            "span_id": span.span_id.hex(),
+                            "parent_id": span.parent_span_id.hex() or None,
+                            "name": span.name,
+                            "status": _STATUS[span.status.code],
+                            "attributes": {a.key: otlp_json.any_value(a.value) for a in span.attributes},
                         }
                     )
     return spans

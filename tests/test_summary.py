@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from otel_handoff import _otlp_json as otlp_json
 from otel_handoff import semconv as sc
 from otel_handoff._span_sources import SpanSourceError, parse_spans, read_spans
 from otel_handoff.cli import main
@@ -120,17 +123,16 @@ def other_exports(workdir: Path) -> tuple[Path, Path]:
 
 
 def raw_spans(path: Path) -> list[dict[str, Any]]:
-    """The spans of an OTLP JSON Lines file, read without the code under test."""
+    """The spans of an OTLP JSON Lines file as JSON objects (the fixtures below reshape them into
+    Phoenix and Jaeger documents), attribute values decoded by json_format."""
     spans = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        for resource_spans in json.loads(line)["resourceSpans"]:
-            for scope_spans in resource_spans["scopeSpans"]:
-                for span in scope_spans["spans"]:
-                    attributes = {}
-                    for attribute in span.get("attributes", []):
-                        value = attribute["value"]
-                        attributes[attribute["key"]] = next(iter(value.values())) if value else None
-                    spans.append({**span, "attributes": attributes})
+        for _, span in otlp_json.span_paths(json.loads(line)):
+            attributes = {
+                a["key"]: otlp_json.any_value(json_format.ParseDict(a["value"], AnyValue()))
+                for a in span.get("attributes", [])
+            }
+            spans.append({**span, "attributes": attributes})
     return spans
 
 
@@ -408,7 +410,8 @@ def test_attributes_of_the_wrong_type(
     span["attributes"] = {a["key"]: a["value"] for a in span["attributes"]}  # an object, not a list
     code, _, err = _run(capsys, _write(tmp_path / "attributes.jsonl", requests))
     assert code == 2
-    assert err.endswith(f": line 1: {path}.attributes: expected a list, got an object\n")
+    # json_format's words, at the field's path, without quoting the values
+    assert err.endswith(f": line 1: {path}.attributes: repeated field attributes must be in []\n")
 
 
 def test_a_duration_that_is_not_a_number(
