@@ -60,8 +60,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider, SpanKind
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 BENCH_DIR = Path(__file__).resolve().parent

@@ -180,7 +180,7 @@ def _on_import(framework: Framework, module: Any) -> None:
         instrumentor.instrument()
         _configure_when_started(framework)
     except Exception as exc:
-        from ._faults import report
+        from .core.faults import report
 
         report(f"auto-instrumentation of {framework.entry_point}", exc)
 

@@ -42,7 +42,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from . import _faults
+from .core import faults as _faults
 
 __all__ = ["Configuration", "configure", "metric_exporters", "span_exporters"]
 

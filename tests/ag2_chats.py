@@ -10,7 +10,7 @@ from typing import Any
 from autogen.agentchat import a_initiate_group_chat, initiate_group_chat
 from autogen.io.base import IOStream
 
-from otel_handoff._ag2_offline import SUPPORT_CHAT_MESSAGE
+from otel_handoff.cli.offline.ag2_classic import SUPPORT_CHAT_MESSAGE
 
 MAX_ROUNDS = 30
 

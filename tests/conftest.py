@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerPro
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_handoff import semconv as sc
+from otel_handoff.core import schema as sc
 
 # delta temporality: each read returns only what was recorded since the previous one
 METRIC_READER = InMemoryMetricReader(

@@ -35,8 +35,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from otel_handoff import _otlp_json as otlp_json
-from otel_handoff import semconv as sc
+from otel_handoff.cli import otlp_json
+from otel_handoff.core import schema as sc
 
 T = TypeVar("T")
 

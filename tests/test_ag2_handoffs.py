@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 from wrapt import FunctionWrapper
 
-from otel_handoff import semconv as sc
-from otel_handoff._ag2_offline import SUPPORT_CHAT_HANDOFFS, build_support_chat, reset_support_chat
 from otel_handoff.ag2 import AG2HandoffInstrumentor
 from otel_handoff.ag2 import _chat as ag2_chat
 from otel_handoff.ag2.package import _instruments_any
+from otel_handoff.cli.offline.ag2_classic import SUPPORT_CHAT_HANDOFFS, build_support_chat, reset_support_chat
+from otel_handoff.core import schema as sc
 
 # (owner, attribute) of every wrap point; the executor's methods are inherited from ConversableAgent
 PATCHED = [

@@ -19,9 +19,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
 from wrapt import FunctionWrapper
 
-from otel_handoff import _ag2_network_offline as offline
-from otel_handoff import semconv as sc
 from otel_handoff.ag2 import AG2HandoffInstrumentor, _network
+from otel_handoff.cli.offline import ag2_network as offline
+from otel_handoff.core import schema as sc
 
 PATCHED = [(WorkflowAdapter, "fold"), (Agent, "ask"), (Hub, "__init__"), (Hub, "close")]
 

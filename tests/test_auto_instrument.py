@@ -19,7 +19,7 @@ import pytest
 from receivers import Rotel, wait_until
 
 from otel_handoff import _auto
-from otel_handoff import semconv as sc
+from otel_handoff.core import schema as sc
 
 AGENT = Path(__file__).parent / "scripts" / "offline_agent.py"
 BIN = Path(sys.executable).parent

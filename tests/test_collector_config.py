@@ -18,7 +18,7 @@ import pytest
 import yaml
 from receivers import missing, rotel_executable
 
-from otel_handoff import semconv as sc
+from otel_handoff.core import schema as sc
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "collector-config"
 YAML_FILES = sorted(CONFIG_DIR.rglob("*.yaml")) + sorted(CONFIG_DIR.rglob("*.yml"))

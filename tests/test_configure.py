@@ -36,9 +36,9 @@ from opentelemetry.util._once import Once
 
 import otel_handoff
 from otel_handoff import _configure
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
 from otel_handoff.ag2 import AG2HandoffInstrumentor
+from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,8 +19,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader, Sum
 
-from otel_handoff import semconv as sc
-from otel_handoff._metrics import HandoffMetrics
+from otel_handoff.core import schema as sc
+from otel_handoff.core.metrics import HandoffMetrics
 
 CONFIG_DIR = Path(__file__).resolve().parents[1] / "collector-config"
 DASHBOARD = CONFIG_DIR / "grafana" / "dashboards" / "agent-handoffs.json"

@@ -36,7 +36,7 @@ from receivers import (
     wait_until,
 )
 
-from otel_handoff import semconv as sc
+from otel_handoff.core import schema as sc
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -167,7 +167,7 @@ APP = """
     from lk_agents import Billing, Support
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from otel_handoff._offline import ScriptedLLM
+    from otel_handoff.cli.offline.livekit import ScriptedLLM
 
     memory = InMemorySpanExporter()
     configuration.tracer_provider.add_span_processor(SimpleSpanProcessor(memory))

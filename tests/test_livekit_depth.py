@@ -12,8 +12,8 @@ from lk_agents import Billing, CustomSTTNode, Support, Triage, WithTools, transf
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit._features import detect
 
 FEATURES = detect()

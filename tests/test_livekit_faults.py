@@ -17,8 +17,8 @@ from livekit.agents import AgentSession, llm
 from lk_agents import Billing, HandsOffAgain, Support, Triage, failing, gated
 from opentelemetry.trace import StatusCode
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import schema as sc
 
 Scenario = Callable[[AgentSession, list[str]], Awaitable[Any]]
 

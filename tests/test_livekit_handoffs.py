@@ -16,8 +16,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit._features import detect
 
 FEATURES = detect()

@@ -13,11 +13,11 @@ from lk_agents import Billing, Support, Triage
 from opentelemetry import trace
 from wrapt import FunctionWrapper
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import IdleRealtimeModel, IdleRealtimeSession, ScriptedLLM
+from otel_handoff.cli.offline.livekit import IdleRealtimeModel, IdleRealtimeSession, ScriptedLLM
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 from otel_handoff.livekit._features import detect
-from otel_handoff.livekit._handoff import Handoff
+from otel_handoff.livekit._handoff import LiveKitHandoff
 
 FEATURES = detect()
 
@@ -138,7 +138,7 @@ async def test_fault_in_our_code_is_contained(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise AttributeError("'AgentActivity' object has no attribute 'agent'")  # a future release
 
-    monkeypatch.setattr(Handoff, "begin_phase", broken)
+    monkeypatch.setattr(LiveKitHandoff, "begin_phase", broken)
     caplog.set_level(logging.ERROR, logger="otel_handoff")
     session = AgentSession(llm=ScriptedLLM())
     await session.start(agent=Triage())
@@ -186,7 +186,7 @@ async def test_span_ends_even_when_summarizing_fails(
     def broken(self: Any) -> None:
         raise KeyError("a field a future release dropped")
 
-    monkeypatch.setattr(Handoff, "_reuse_blockers", broken)
+    monkeypatch.setattr(LiveKitHandoff, "_reuse_blockers", broken)
     session = AgentSession(llm=ScriptedLLM())
     await session.start(agent=Triage())
     session.update_agent(Billing())

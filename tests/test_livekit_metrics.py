@@ -9,8 +9,8 @@ from livekit.agents import AgentSession
 from lk_agents import Billing, Support, Triage, slow
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit._features import detect
 
 

@@ -13,8 +13,8 @@ from livekit.agents import AgentSession, llm
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS
 from lk_agents import Router
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM, ScriptedLLMStream
+from otel_handoff.cli.offline.livekit import ScriptedLLM, ScriptedLLMStream
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 # operation -> handoffs it causes

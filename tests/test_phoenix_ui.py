@@ -25,7 +25,7 @@ from receivers import (
     wait_until,
 )
 
-from otel_handoff import semconv as sc
+from otel_handoff.core import schema as sc
 
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACT = REPO / "artifacts" / "phoenix-handoff-trace.png"

@@ -8,7 +8,7 @@ from conftest import PRIVACY_SCAN, Spans
 from livekit.agents import AgentSession
 from lk_agents import Triage
 
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff.cli.offline.livekit import ScriptedLLM
 
 
 def test_scan_catches_private_text(provider: Any) -> None:

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NoOpTracerProvider
 from receivers import Rotel, wait_until
 
-from otel_handoff import semconv as sc
-from otel_handoff._offline import ScriptedLLM
+from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 SESSIONS = 50

@@ -23,11 +23,10 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from otel_handoff import _otlp_json as otlp_json
-from otel_handoff import semconv as sc
-from otel_handoff._span_sources import SpanSourceError, parse_spans, read_spans
-from otel_handoff.cli import main
-from otel_handoff.summary import PHASE_NAMES, collect_handoffs, csv_header, percentile, summarize
+from otel_handoff.cli import main, otlp_json
+from otel_handoff.cli.span_sources import SpanSourceError, parse_spans, read_spans
+from otel_handoff.cli.summary import PHASE_NAMES, collect_handoffs, csv_header, percentile, summarize
+from otel_handoff.core import schema as sc
 
 pytest.importorskip("livekit.agents", reason="the demo needs livekit-agents")
 
@@ -39,7 +38,7 @@ DEMO_PAIRS = {
     ("specialist", "supervisor"): "api",
     ("supervisor", "concierge"): "api",
 }
-# what the offline AG2 support chat hands off, in order (see otel_handoff._ag2_offline)
+# what the offline AG2 support chat hands off, in order (see otel_handoff.cli.offline.ag2_classic)
 AG2_PAIRS = {
     ("triage", "billing"): "llm_condition",
     ("billing", "triage"): "reply_result",
@@ -57,7 +56,7 @@ _EXPORTS = textwrap.dedent(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-    from otel_handoff.demo import run_demo, write_otlp_json
+    from otel_handoff.cli.demo import run_demo, write_otlp_json
 
     result = asyncio.run(run_demo())
     result.shutdown()
@@ -65,7 +64,7 @@ _EXPORTS = textwrap.dedent(
         ConsoleSpanExporter(out=out).export(result.spans)
 
     from autogen.agentchat import initiate_group_chat
-    from otel_handoff._ag2_offline import SUPPORT_CHAT_MESSAGE, build_support_chat
+    from otel_handoff.cli.offline.ag2_classic import SUPPORT_CHAT_MESSAGE, build_support_chat
     from otel_handoff.ag2 import AG2HandoffInstrumentor
 
     memory = InMemorySpanExporter()

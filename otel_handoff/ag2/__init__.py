@@ -32,11 +32,11 @@ from opentelemetry import trace
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
-from .. import semconv as sc
-from .._instrumentor import HandoffInstrumentor
-from .._metrics import HandoffMetrics
+from ..core import schema as sc
+from ..core.instrumentor import HandoffInstrumentor
+from ..core.metrics import HandoffMetrics
 from . import _features, _wrappers
-from ._chat import Telemetry
+from ._chat import GroupChatTelemetry
 
 _LOG = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _MANAGER_REPLY_FUNCS = (
 __all__ = ["AG2HandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: Telemetry) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: GroupChatTelemetry) -> list[tuple[str, str, Any]]:
     """(module, "Class.method" or "function", wrapper) for everything this instrumentor patches."""
     with_telemetry = functools.partial
     w = _wrappers
@@ -151,20 +151,12 @@ def _wrap_all(points: list[tuple[str, str, Any]]) -> list[tuple[str, str, bool]]
     return wrapped
 
 
-def _static_attributes(version: str) -> dict[str, Any]:
-    return {
-        sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
-        sc.FRAMEWORK: sc.FRAMEWORK_AG2,
-        sc.FRAMEWORK_VERSION: version,
-    }
-
-
 class AG2HandoffInstrumentor(HandoffInstrumentor):
     """Traces AG2 handoffs: classic group chats (ag2 0.9.10-0.14, autogen 0.14), ag2 1.x channels."""
 
     # (module, name, defined on the owner itself rather than inherited)
     _wrapped: tuple[tuple[str, str, bool], ...] = ()
-    _telemetry: Telemetry | None = None
+    _telemetry: GroupChatTelemetry | None = None
     _network: Any = None  # _network.NetworkTelemetry while workflow channels are traced
     _manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
 
@@ -173,8 +165,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
         return _features.dependencies()
 
     def _instrument(self, **kwargs: Any) -> None:
-        tracer = self.tracer(__name__, kwargs)
-        metrics = HandoffMetrics(kwargs.get("meter_provider"), __name__)
+        tracer, metrics = self.telemetry_parts(__name__, kwargs)
         cls = type(self)
         wrapped: list[tuple[str, str, bool]] = []
         features = _features.detect()
@@ -188,11 +179,11 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
     def _instrument_classic(
         self, features: _features.AG2Features, tracer: trace.Tracer, metrics: HandoffMetrics
     ) -> list[tuple[str, str, bool]]:
-        telemetry = Telemetry(
+        telemetry = GroupChatTelemetry(
             tracer=tracer,
             metrics=metrics,
             features=features,
-            static_attributes=_static_attributes(features.version),
+            static_attributes=self.static_attributes(sc.FRAMEWORK_AG2, features.version),
         )
         points = _wrap_points(telemetry)
         missing = _missing(points)
@@ -228,7 +219,9 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
                 _features.TESTED_NETWORK,
             )
             return []
-        telemetry = _network.NetworkTelemetry(tracer, metrics, _static_attributes(version))
+        telemetry = _network.NetworkTelemetry(
+            tracer, metrics, self.static_attributes(sc.FRAMEWORK_AG2, version)
+        )
         points = _network_wrap_points(telemetry)
         missing = _missing(points)
         if missing:

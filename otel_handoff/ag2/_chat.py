@@ -23,8 +23,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from .. import semconv as sc
-from .._metrics import HandoffMetrics
+from ..core import schema as sc
+from ..core.metrics import HandoffMetrics
 from ._features import AG2Features
 
 
@@ -45,7 +45,7 @@ class Decision:
 
 
 @dataclass
-class Telemetry:
+class GroupChatTelemetry:
     """What every wrapper needs, built once at ``instrument()``."""
 
     tracer: trace.Tracer
@@ -99,7 +99,7 @@ class ChatState:
         "telemetry",
     )
 
-    def __init__(self, telemetry: Telemetry) -> None:
+    def __init__(self, telemetry: GroupChatTelemetry) -> None:
         self.telemetry = telemetry
         self.start_ns = time.time_ns()
         self.start_context = otel_context.get_current()

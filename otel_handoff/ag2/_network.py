@@ -43,9 +43,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .. import semconv as sc
-from .._faults import guard
-from .._metrics import HandoffMetrics
+from ..core import schema as sc
+from ..core.faults import guard
+from ..core.metrics import HandoffMetrics
 from ._chat import ChatRoot, emit_handoff
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .. import semconv as sc
-from .._faults import guard
-from ._chat import ChatState, Decision, Telemetry
+from ..core import schema as sc
+from ..core.faults import guard
+from ._chat import ChatState, Decision, GroupChatTelemetry
 
 
 def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
@@ -36,7 +36,7 @@ def _type_name(value: Any) -> str | None:
 
 
 # --- chat scope ---------------------------------------------------------------------------------
-def wrap_run_chat(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_run_chat(telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     chat = guard("GroupChatManager.run_chat", _begin_chat, telemetry, instance, args, kwargs)
     if chat is None:
         return wrapped(*args, **kwargs)
@@ -49,7 +49,9 @@ def wrap_run_chat(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, 
     return result
 
 
-async def wrap_a_run_chat(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def wrap_a_run_chat(
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     chat = guard("GroupChatManager.a_run_chat", _begin_chat, telemetry, instance, args, kwargs)
     if chat is None:
         return await wrapped(*args, **kwargs)
@@ -62,7 +64,7 @@ async def wrap_a_run_chat(telemetry: Telemetry, wrapped: Any, instance: Any, arg
     return result
 
 
-def _begin_chat(telemetry: Telemetry, manager: Any, args: Any, kwargs: Any) -> ChatState | None:
+def _begin_chat(telemetry: GroupChatTelemetry, manager: Any, args: Any, kwargs: Any) -> ChatState | None:
     chat = telemetry.begin_chat(manager)
     if chat is None:
         return None
@@ -80,7 +82,9 @@ def _begin_chat(telemetry: Telemetry, manager: Any, args: Any, kwargs: Any) -> C
 
 
 # --- tools --------------------------------------------------------------------------------------
-def wrap_tool_calls_reply(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_tool_calls_reply(
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     result = wrapped(*args, **kwargs)
     if telemetry.enabled:
         guard(
@@ -96,7 +100,7 @@ def wrap_tool_calls_reply(telemetry: Telemetry, wrapped: Any, instance: Any, arg
 
 
 async def wrap_a_tool_calls_reply(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = await wrapped(*args, **kwargs)
     if telemetry.enabled:
@@ -112,7 +116,9 @@ async def wrap_a_tool_calls_reply(
     return result
 
 
-def _note_tool_targets(telemetry: Telemetry, executor: Any, args: Any, kwargs: Any, result: Any) -> None:
+def _note_tool_targets(
+    telemetry: GroupChatTelemetry, executor: Any, args: Any, kwargs: Any, result: Any
+) -> None:
     """A tool's return value asked for a handoff: one decision per target-returning tool call.
 
     The executor runs one tool call per invocation; if several return targets, AG2 keeps the
@@ -170,7 +176,7 @@ def _llm_condition(executor: Any, source: str, tool_name: str | None) -> Any:
 
 # --- context conditions -------------------------------------------------------------------------
 def wrap_run_oncontextconditions(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = wrapped(*args, **kwargs)
     if telemetry.enabled and isinstance(result, tuple) and result and result[0]:
@@ -178,7 +184,7 @@ def wrap_run_oncontextconditions(
     return result
 
 
-def _note_context_condition(telemetry: Telemetry, args: Any, kwargs: Any) -> None:
+def _note_context_condition(telemetry: GroupChatTelemetry, args: Any, kwargs: Any) -> None:
     agent = _arg(args, kwargs, 0, "agent")
     chat = telemetry.chat_of(agent)
     target = _activated_target(telemetry, agent)
@@ -197,7 +203,7 @@ def _note_context_condition(telemetry: Telemetry, args: Any, kwargs: Any) -> Non
     )
 
 
-def _activated_target(telemetry: Telemetry, agent: Any) -> Any:
+def _activated_target(telemetry: GroupChatTelemetry, agent: Any) -> Any:
     """The target just activated for the agent's chat (AG2 parks it on the group's tool executor)."""
     for member in agent._group_manager.groupchat.agents:
         if isinstance(member, telemetry.features.tool_executor_cls):
@@ -207,7 +213,7 @@ def _activated_target(telemetry: Telemetry, agent: Any) -> Any:
 
 # --- after-works --------------------------------------------------------------------------------
 def wrap_determine_next_agent(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     chat = guard("determine_next_agent", _chat_of_resolution, telemetry, args, kwargs)
     result = wrapped(*args, **kwargs)
@@ -216,7 +222,7 @@ def wrap_determine_next_agent(
     return result
 
 
-def _chat_of_resolution(telemetry: Telemetry, args: Any, kwargs: Any) -> ChatState | None:
+def _chat_of_resolution(telemetry: GroupChatTelemetry, args: Any, kwargs: Any) -> ChatState | None:
     chat = telemetry.chat_of(_arg(args, kwargs, 4, "tool_executor"))
     if chat is not None:
         chat.after_work_no_match = None
@@ -238,7 +244,7 @@ def _note_resolution(chat: ChatState, args: Any, kwargs: Any, result: Any) -> No
 
 
 def wrap_evaluate_after_works(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = wrapped(*args, **kwargs)
     if telemetry.enabled:
@@ -246,7 +252,7 @@ def wrap_evaluate_after_works(
     return result
 
 
-def _note_after_works(telemetry: Telemetry, args: Any, kwargs: Any, result: Any) -> None:
+def _note_after_works(telemetry: GroupChatTelemetry, args: Any, kwargs: Any, result: Any) -> None:
     agent = _arg(args, kwargs, 0, "agent")
     chat = telemetry.chat_of(agent)
     if chat is None:
@@ -267,7 +273,7 @@ def _note_after_works(telemetry: Telemetry, args: Any, kwargs: Any, result: Any)
     chat.decide(decision)
 
 
-def _matched_after_work(telemetry: Telemetry, agent: Any, groupchat: Any) -> Any:
+def _matched_after_work(telemetry: GroupChatTelemetry, agent: Any, groupchat: Any) -> Any:
     """Which after-work matched: AG2 returns only the resolved speaker.
 
     With one after-work (``set_after_work``) it is that one. With several, AG2's built-in
@@ -292,7 +298,9 @@ def _matched_after_work(telemetry: Telemetry, agent: Any, groupchat: Any) -> Any
 
 
 # --- guardrails and the start of each turn ------------------------------------------------------
-def wrap_input_guardrails(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_input_guardrails(
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     if telemetry.enabled:
         guard("GroupChat._run_input_guardrails", _speaker_starts, telemetry, args, kwargs)
     result = wrapped(*args, **kwargs)
@@ -301,7 +309,9 @@ def wrap_input_guardrails(telemetry: Telemetry, wrapped: Any, instance: Any, arg
     return result
 
 
-def wrap_output_guardrails(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_output_guardrails(
+    telemetry: GroupChatTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     result = wrapped(*args, **kwargs)
     if result is not None and telemetry.enabled:
         guard(
@@ -310,14 +320,14 @@ def wrap_output_guardrails(telemetry: Telemetry, wrapped: Any, instance: Any, ar
     return result
 
 
-def _speaker_starts(telemetry: Telemetry, args: Any, kwargs: Any) -> None:
+def _speaker_starts(telemetry: GroupChatTelemetry, args: Any, kwargs: Any) -> None:
     speaker = _arg(args, kwargs, 0, "agent")
     chat = telemetry.chat_of(speaker)
     if chat is not None:
         chat.speaker_starts(speaker)
 
 
-def _note_guardrail(telemetry: Telemetry, args: Any, kwargs: Any, which: str) -> None:
+def _note_guardrail(telemetry: GroupChatTelemetry, args: Any, kwargs: Any, which: str) -> None:
     agent = _arg(args, kwargs, 0, "agent")
     chat = telemetry.chat_of(agent)
     target = _activated_target(telemetry, agent)

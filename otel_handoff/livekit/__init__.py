@@ -23,10 +23,9 @@ from opentelemetry.instrumentation.utils import unwrap
 from packaging.version import Version
 from wrapt import wrap_function_wrapper
 
-from .. import semconv as sc
-from .._faults import report
-from .._instrumentor import HandoffInstrumentor
-from .._metrics import HandoffMetrics
+from ..core import schema as sc
+from ..core.faults import report
+from ..core.instrumentor import HandoffInstrumentor
 from . import _features, _wrappers
 from .package import NEWEST_TESTED, TESTED, _instruments
 
@@ -50,7 +49,7 @@ _LIVEKIT_LOGGER = "livekit.agents"  # where the tool executor logs a refused han
 __all__ = ["LiveKitHandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: _wrappers.Telemetry) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[tuple[str, str, Any]]:
     """(module, "Class.method", wrapper) for everything this release lets us patch."""
     features = telemetry.features
 
@@ -111,7 +110,7 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
     """Traces LiveKit Agents handoffs (livekit-agents 1.2 to 1.8)."""
 
     _wrapped: tuple[tuple[str, str], ...] = ()
-    _telemetry: _wrappers.Telemetry | None = None
+    _telemetry: _wrappers.LiveKitTelemetry | None = None
     _rejection_log: logging.Filter | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -121,16 +120,12 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
         if importlib.util.find_spec("livekit") is None or importlib.util.find_spec("livekit.agents") is None:
             return  # not installed (opentelemetry-instrument calls every entry point): not a problem
         features = _features.detect()
-        tracer = self.tracer(__name__, kwargs)
-        telemetry = _wrappers.Telemetry(
+        tracer, metrics = self.telemetry_parts(__name__, kwargs)
+        telemetry = _wrappers.LiveKitTelemetry(
             tracer=tracer,
-            metrics=HandoffMetrics(kwargs.get("meter_provider"), __name__),
+            metrics=metrics,
             features=features,
-            static_attributes={
-                sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
-                sc.FRAMEWORK: sc.FRAMEWORK_LIVEKIT,
-                sc.FRAMEWORK_VERSION: features.version,
-            },
+            static_attributes=self.static_attributes(sc.FRAMEWORK_LIVEKIT, features.version),
         )
         wrapped: list[tuple[str, str]] = []
         try:

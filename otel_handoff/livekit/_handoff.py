@@ -14,19 +14,19 @@ import time
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
-from .. import semconv as sc
-from .._faults import guard
+from ..core import schema as sc
+from ..core.faults import guard
 
 # the handoff whose `_update_activity` runs in this task
-CURRENT_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
+CURRENT_HANDOFF: ContextVar[LiveKitHandoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
 # a handoff requested by `update_agent()`, waiting for its task to reach `_update_activity`
-PENDING_HANDOFF: ContextVar[Handoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
+PENDING_HANDOFF: ContextVar[LiveKitHandoff | None] = ContextVar("otel_handoff_livekit_pending", default=None)
 
 
 def record_error(span: trace.Span, error: BaseException) -> None:
@@ -62,15 +62,26 @@ class ToolCause:
     deferred_since_ns: int | None = None
 
 
+class Reuse(NamedTuple):
+    """Which expensive resources the framework handed to the new activity."""
+
+    stt: bool = False
+    realtime_session: bool = False
+    turn_detector: bool = False
+
+
+NOT_REUSED = Reuse()
+
+
 @dataclass
 class PhaseMark:
     phase: str
     start_ns: int
     lock_wait_before_ns: int
-    reused: tuple[bool, bool, bool] = (False, False, False)
+    reused: Reuse = NOT_REUSED
 
 
-class Handoff:
+class LiveKitHandoff:
     """State of one handoff, from its request to the new activity's start or resume."""
 
     __slots__ = (
@@ -126,7 +137,7 @@ class Handoff:
         self.new_activity = new_activity
         self.ended = False
         self.from_agent: tuple[str, str] | None = None  # (label, id)
-        self.reused = (False, False, False)  # stt, realtime session, turn detector
+        self.reused = NOT_REUSED
         self.stt_blocked: list[str] | None = None
         self.realtime_blocked: list[str] | None = None
         self.realtime_session: weakref.ref[Any] | None = None  # reused: its updates are timed
@@ -206,10 +217,10 @@ class Handoff:
         mark = PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
         if reuse_resources is not None:
             # snapshot now: `_start_session` clears the fields as ownership moves
-            mark.reused = (
-                getattr(reuse_resources, "stt_pipeline", None) is not None,
-                getattr(reuse_resources, "rt_session", None) is not None,
-                getattr(reuse_resources, "turn_detector_stream", None) is not None,
+            mark.reused = Reuse(
+                stt=getattr(reuse_resources, "stt_pipeline", None) is not None,
+                realtime_session=getattr(reuse_resources, "rt_session", None) is not None,
+                turn_detector=getattr(reuse_resources, "turn_detector_stream", None) is not None,
             )
         return mark
 
@@ -337,11 +348,9 @@ class Handoff:
             sc.LOCK_WAIT_DURATION: self.lock_wait_ns / 1e9,
             sc.DURATION: sum(phases.values()) / 1e9,
         }
-        (
-            attributes[sc.STT_REUSED],
-            attributes[sc.REALTIME_SESSION_REUSED],
-            attributes[sc.TURN_DETECTOR_REUSED],
-        ) = self.reused
+        attributes[sc.STT_REUSED] = self.reused.stt
+        attributes[sc.REALTIME_SESSION_REUSED] = self.reused.realtime_session
+        attributes[sc.TURN_DETECTOR_REUSED] = self.reused.turn_detector
         from_label, from_id = self.from_agent or self._current_agent()
         attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = from_label
         attributes[sc.FROM_AGENT_ID] = from_id
@@ -373,7 +382,7 @@ class Handoff:
                 sc.REALTIME_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
             }
         found: dict[str, list[str]] = {}
-        stt_reused, realtime_reused, _ = self.reused
+        stt_reused, realtime_reused = self.reused.stt, self.reused.realtime_session
         for key, reasons, reused in (
             (sc.STT_REUSE_BLOCKED_BY, self.stt_blocked, stt_reused),
             (sc.REALTIME_REUSE_BLOCKED_BY, self.realtime_blocked, realtime_reused),

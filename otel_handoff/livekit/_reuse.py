@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import semconv as sc
+from ..core import schema as sc
 from ._features import LiveKitFeatures
 
 

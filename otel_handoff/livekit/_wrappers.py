@@ -22,11 +22,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from wrapt import FunctionWrapper, wrap_function_wrapper
 
-from .. import semconv as sc
-from .._faults import guard
-from .._metrics import HandoffMetrics
+from ..core import schema as sc
+from ..core.faults import guard
+from ..core.metrics import HandoffMetrics
 from ._features import LiveKitFeatures
-from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, Handoff, ToolCause
+from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
 from ._reuse import realtime_blockers, stt_blockers
 
 ON_ENTER_TASK_NAME = "AgentTask_on_enter"
@@ -35,7 +35,7 @@ REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
 
 
 @dataclass
-class Telemetry:
+class LiveKitTelemetry:
     """What every wrapper needs, built once at ``instrument()``."""
 
     tracer: trace.Tracer
@@ -46,11 +46,11 @@ class Telemetry:
     # agent returned by a tool -> that tool; read when `update_agent(agent)` follows
     tool_causes: weakref.WeakKeyDictionary[Any, ToolCause] = field(default_factory=weakref.WeakKeyDictionary)
     # session -> the last completed handoff whose new agent has not spoken yet
-    awaiting_speech: weakref.WeakKeyDictionary[Any, Handoff] = field(
+    awaiting_speech: weakref.WeakKeyDictionary[Any, LiveKitHandoff] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # realtime session / STT -> (handoff, resource) whose replacement connection is awaited
-    reconnect_watch: weakref.WeakKeyDictionary[Any, tuple[Handoff, str]] = field(
+    reconnect_watch: weakref.WeakKeyDictionary[Any, tuple[LiveKitHandoff, str]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
     # realtime session / STT -> (time, acquire_time) of a connection reported before being watched
@@ -108,14 +108,16 @@ def _swap_lock(instance: Any, attr: str, kind: str) -> None:
 
 
 # --- the request ------------------------------------------------------------------------------
-def wrap_make_tool_output(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_make_tool_output(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     """Remember which tool returned an agent, for the `update_agent()` that follows."""
     output = wrapped(*args, **kwargs)
     guard("make_tool_output", _note_tool_cause, telemetry, output)
     return output
 
 
-def _note_tool_cause(telemetry: Telemetry, output: Any) -> None:
+def _note_tool_cause(telemetry: LiveKitTelemetry, output: Any) -> None:
     agent = getattr(output, "agent_task", None)
     if agent is None:
         return
@@ -126,7 +128,9 @@ def _note_tool_cause(telemetry: Telemetry, output: Any) -> None:
     )
 
 
-def wrap_update_agent(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_update_agent(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     """`update_agent()` is where a tool's or the app's handoff is requested: start timing here."""
     handoff = guard("update_agent", _request_handoff, telemetry, instance, args, kwargs)
     if handoff is None:
@@ -142,7 +146,9 @@ def wrap_update_agent(telemetry: Telemetry, wrapped: Any, instance: Any, args: A
         guard("update_agent", _watch_handoff_task, instance, handoff)
 
 
-def _request_handoff(telemetry: Telemetry, session: Any, args: Any, kwargs: Any) -> Handoff | None:
+def _request_handoff(
+    telemetry: LiveKitTelemetry, session: Any, args: Any, kwargs: Any
+) -> LiveKitHandoff | None:
     if not session._started:
         return None  # before start() this only chooses the first agent
     agent = args[0] if args else kwargs["agent"]
@@ -155,12 +161,26 @@ def _request_handoff(telemetry: Telemetry, session: Any, args: Any, kwargs: Any)
         trigger, queued = sc.TRIGGER_DEFERRED_TOOL, True  # the tool ran on after its update
     else:
         trigger = sc.TRIGGER_TOOL
-    return Handoff(
+    return _new_handoff(telemetry, session, agent, trigger, queued=queued, tool=tool)
+
+
+def _new_handoff(
+    telemetry: LiveKitTelemetry,
+    session: Any,
+    agent: Any,
+    trigger: str,
+    *,
+    queued: bool = False,
+    tool: ToolCause | None = None,
+    parent: otel_context.Context | None = None,
+) -> LiveKitHandoff:
+    """The one place a handoff is made: the next sequence number, parented where it was requested."""
+    return LiveKitHandoff(
         telemetry,
         session,
         agent,
         trigger=trigger,
-        parent=_request_context(session),
+        parent=parent if parent is not None else _request_context(session),
         sequence=telemetry.next_sequence(session),
         queued=queued,
         tool=tool,
@@ -179,7 +199,7 @@ def _request_context(session: Any) -> otel_context.Context:
     return root if root is not None else current
 
 
-def _watch_handoff_task(session: Any, handoff: Handoff) -> None:
+def _watch_handoff_task(session: Any, handoff: LiveKitHandoff) -> None:
     """End the span even if the handoff task dies before reaching `_update_activity`."""
     task = getattr(session, "_update_activity_atask", None)
     if task is None or task.done():
@@ -188,7 +208,7 @@ def _watch_handoff_task(session: Any, handoff: Handoff) -> None:
     task.add_done_callback(lambda t: guard("handoff task", _end_with_task, handoff, t))
 
 
-def _end_with_task(handoff: Handoff, task: asyncio.Task[Any]) -> None:
+def _end_with_task(handoff: LiveKitHandoff, task: asyncio.Task[Any]) -> None:
     if handoff.ended:
         return
     if task.cancelled():
@@ -201,7 +221,7 @@ def _end_with_task(handoff: Handoff, task: asyncio.Task[Any]) -> None:
 
 # --- the handoff itself -----------------------------------------------------------------------
 async def wrap_update_activity(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     handoff = guard("_update_activity", _begin_update_activity, telemetry, instance, args, kwargs)
     if handoff is None:
@@ -218,7 +238,9 @@ async def wrap_update_activity(
     return result
 
 
-def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs: Any) -> Handoff | None:
+def _begin_update_activity(
+    telemetry: LiveKitTelemetry, session: Any, args: Any, kwargs: Any
+) -> LiveKitHandoff | None:
     previous_activity = kwargs.get("previous_activity", sc.CLOSE)
     new_activity = kwargs.get("new_activity", sc.START)
     pending = PENDING_HANDOFF.get()
@@ -234,15 +256,7 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
         trigger = sc.TRIGGER_API
     else:
         return None  # the session's first agent is not a handoff
-    handoff = Handoff(
-        telemetry,
-        session,
-        agent,
-        trigger=trigger,
-        parent=_request_context(session),
-        sequence=telemetry.next_sequence(session),
-        queued=False,
-    )
+    handoff = _new_handoff(telemetry, session, agent, trigger)
     try:
         handoff.bind(previous_activity, new_activity)
     except Exception:
@@ -252,7 +266,7 @@ def _begin_update_activity(telemetry: Telemetry, session: Any, args: Any, kwargs
 
 
 async def run_phase(
-    telemetry: Telemetry, phase: str, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: LiveKitTelemetry, phase: str, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     """Wrapper of AgentActivity.drain/pause/aclose/start/resume: time the phase of a handoff."""
     handoff = CURRENT_HANDOFF.get()
@@ -295,7 +309,7 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
 
 # --- why reuse did not happen ------------------------------------------------------------------
 async def wrap_detach_reusable_resources(
-    telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     handoff = CURRENT_HANDOFF.get()
     try:
@@ -310,7 +324,7 @@ async def wrap_detach_reusable_resources(
 
 
 def _explain_reuse(
-    telemetry: Telemetry, handoff: Handoff, old: Any, args: Any, kwargs: Any, resources: Any
+    telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, old: Any, args: Any, kwargs: Any, resources: Any
 ) -> None:
     """After the framework decided: reasons only for what it did not hand over.
 
@@ -328,7 +342,7 @@ def _explain_reuse(
 
 
 # --- what the reused realtime session was asked to change ---------------------------------------
-def _watch_realtime_updates(telemetry: Telemetry, handoff: Handoff, rt_session: Any) -> None:
+def _watch_realtime_updates(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, rt_session: Any) -> None:
     """Patch the session's class on first sight (plugins override the update methods)."""
     handoff.realtime_session = weakref.ref(rt_session)
     for method, kind in sc.REALTIME_UPDATE_METHODS.items():
@@ -341,7 +355,7 @@ def _watch_realtime_updates(telemetry: Telemetry, handoff: Handoff, rt_session: 
         telemetry.lazily_wrapped.append((owner, method))
 
 
-def _updating_handoff(instance: Any) -> Handoff | None:
+def _updating_handoff(instance: Any) -> LiveKitHandoff | None:
     handoff = CURRENT_HANDOFF.get()
     if handoff is None or handoff.ended or handoff.realtime_session is None:
         return None
@@ -377,8 +391,8 @@ def _timed_sync_update(kind: str, wrapped: Any, instance: Any, args: Any, kwargs
 
 
 # --- the replacement connection when nothing was reused ----------------------------------------
-def _watch_reconnects(telemetry: Telemetry, handoff: Handoff, activity: Any) -> None:
-    stt_reused, realtime_reused, _ = handoff.reused
+def _watch_reconnects(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, activity: Any) -> None:
+    stt_reused, realtime_reused = handoff.reused.stt, handoff.reused.realtime_session
     rt_session = getattr(activity, "_rt_session", None)
     if not realtime_reused and rt_session is not None:
         _claim_or_watch(telemetry, handoff, rt_session, sc.RESOURCE_REALTIME_SESSION)
@@ -387,7 +401,7 @@ def _watch_reconnects(telemetry: Telemetry, handoff: Handoff, activity: Any) -> 
         _claim_or_watch(telemetry, handoff, stt, sc.RESOURCE_STT)
 
 
-def _claim_or_watch(telemetry: Telemetry, handoff: Handoff, key: Any, resource: str) -> None:
+def _claim_or_watch(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, key: Any, resource: str) -> None:
     early = telemetry.early_connections.pop(key, None)
     if early is not None and early[0] >= handoff.start_ns:
         handoff.record_reconnect(resource, early[1], early[0])
@@ -396,7 +410,12 @@ def _claim_or_watch(telemetry: Telemetry, handoff: Handoff, key: Any, resource: 
 
 
 def wrap_connection_acquired(
-    telemetry: Telemetry, watched: Callable[[Any], Any], wrapped: Any, instance: Any, args: Any, kwargs: Any
+    telemetry: LiveKitTelemetry,
+    watched: Callable[[Any], Any],
+    wrapped: Any,
+    instance: Any,
+    args: Any,
+    kwargs: Any,
 ) -> Any:
     """`_report_connection_acquired` of a realtime session or STT stream: a reconnect, maybe.
 
@@ -408,7 +427,7 @@ def wrap_connection_acquired(
     return result
 
 
-def _note_connection(telemetry: Telemetry, key: Any, args: Any, kwargs: Any) -> None:
+def _note_connection(telemetry: LiveKitTelemetry, key: Any, args: Any, kwargs: Any) -> None:
     acquire_time = float(args[0] if args else kwargs["acquire_time"])
     now = time.time_ns()
     watched = telemetry.reconnect_watch.pop(key, None)
@@ -420,14 +439,16 @@ def _note_connection(telemetry: Telemetry, key: Any, args: Any, kwargs: Any) -> 
 
 
 # --- the first speech after a handoff -----------------------------------------------------------
-def wrap_update_agent_state(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_update_agent_state(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     result = wrapped(*args, **kwargs)
     if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech:
         guard("first speech", _note_first_speech, telemetry, instance, kwargs.get("start_time"))
     return result
 
 
-def _note_first_speech(telemetry: Telemetry, session: Any, start_time: float | None) -> None:
+def _note_first_speech(telemetry: LiveKitTelemetry, session: Any, start_time: float | None) -> None:
     handoff = telemetry.awaiting_speech.pop(session, None)
     activity = getattr(session, "_activity", None)
     if handoff is None or activity is None or not handoff.enters(activity.agent):
@@ -440,13 +461,15 @@ def _note_first_speech(telemetry: Telemetry, session: Any, start_time: float | N
 LATE_AGENT: ContextVar[Any] = ContextVar("otel_handoff_livekit_late_agent", default=None)
 
 
-def wrap_make_update_output(telemetry: Telemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+def wrap_make_update_output(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     output = wrapped(*args, **kwargs)
     guard("tool progress update", _note_update_output, telemetry, instance, output, kwargs)
     return output
 
 
-def _note_update_output(telemetry: Telemetry, run_ctx: Any, output: Any, kwargs: Any) -> None:
+def _note_update_output(telemetry: LiveKitTelemetry, run_ctx: Any, output: Any, kwargs: Any) -> None:
     if kwargs.get("call_id_suffix") != FINAL_UPDATE_SUFFIX:
         telemetry.progress_updates.setdefault(run_ctx, time.time_ns())
         return
@@ -468,7 +491,7 @@ class RejectedHandoffLog(logging.Filter):
     Installed on the ``livekit.agents`` logger; never drops or changes a record.
     """
 
-    def __init__(self, telemetry: Telemetry) -> None:
+    def __init__(self, telemetry: LiveKitTelemetry) -> None:
         super().__init__()
         self._telemetry = telemetry
 
@@ -478,7 +501,7 @@ class RejectedHandoffLog(logging.Filter):
         return True
 
 
-def _note_rejection(telemetry: Telemetry, record: logging.LogRecord) -> None:
+def _note_rejection(telemetry: LiveKitTelemetry, record: logging.LogRecord) -> None:
     from livekit.agents.voice.agent_activity import _AgentActivityContextVar
 
     activity = _AgentActivityContextVar.get(None)  # the tool runs in a task of its activity
@@ -491,14 +514,8 @@ def _note_rejection(telemetry: Telemetry, record: logging.LogRecord) -> None:
         str(getattr(record, "call_id", "")),
         span_context if span_context.is_valid else None,
     )
-    handoff = Handoff(
-        telemetry,
-        session,
-        LATE_AGENT.get(),  # None before 1.8.x: the framework drops the agent unseen
-        trigger=sc.TRIGGER_TOOL,
-        parent=otel_context.get_current(),
-        sequence=telemetry.next_sequence(session),
-        queued=False,
-        tool=tool,
+    # LATE_AGENT is None before 1.8.x: the framework drops the agent unseen
+    handoff = _new_handoff(
+        telemetry, session, LATE_AGENT.get(), sc.TRIGGER_TOOL, tool=tool, parent=otel_context.get_current()
     )
     handoff.reject(REJECTED_AFTER_UPDATE, activity.agent)

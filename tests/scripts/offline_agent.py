@@ -9,12 +9,12 @@ import asyncio
 import sys
 
 if "--otel-handoff-first" in sys.argv:
-    from otel_handoff._offline import ScriptedLLM  # noqa: I001
+    from otel_handoff.cli.offline.livekit import ScriptedLLM  # noqa: I001
     from livekit.agents import Agent, AgentSession, function_tool
 else:
     from livekit.agents import Agent, AgentSession, function_tool
 
-    from otel_handoff._offline import ScriptedLLM
+    from otel_handoff.cli.offline.livekit import ScriptedLLM
 
 
 class Billing(Agent):

@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from . import _otlp_json as otlp_json
+from . import otlp_json
 
 __all__ = ["SpanRecord", "SpanSourceError", "parse_spans", "read_spans"]
 

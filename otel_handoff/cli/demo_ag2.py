@@ -1,7 +1,7 @@
 """Real ag2 1.x workflow channels, run offline and traced: ``otel-handoff demo --framework ag2``.
 
 A real ``Hub`` folds, routes and closes the channels; only the model's replies are scripted
-(:mod:`otel_handoff._ag2_network_offline`). AG2's own tracing is on, so the handoff spans sit
+(:mod:`otel_handoff.cli.offline.ag2_network`). AG2's own tracing is on, so the handoff spans sit
 under AG2's ``network.envelope`` spans in one trace per channel.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
-from ._ag2_network_offline import demo_workflow
-from ._demo_export import DemoResult, DemoTracing
-from .ag2 import AG2HandoffInstrumentor
+from ..ag2 import AG2HandoffInstrumentor
+from .demo_export import DemoResult, DemoTracing
+from .offline.ag2_network import demo_workflow
 
 __all__ = ["run_ag2_demo"]
 

@@ -13,7 +13,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from . import semconv as sc
+from ..core import schema as sc
 
 __all__ = ["render_handoffs"]
 
@@ -168,10 +168,10 @@ def _render_one(
             label = f"{label} ({lock})"
         start = ((kid.start_time or t0) - t0) / scale
         end = ((kid.end_time or t0) - t0) / scale
-        bar = style.wrap(_COLOURS.get(kid.name, ""), _bar(start, end, width))
+        track = style.wrap(_COLOURS.get(kid.name, ""), bar(start, end, width))
         ms = _ms(kid.start_time or 0, kid.end_time or 0)
         mark = style.wrap(_RED, " !") if kid.status.status_code is StatusCode.ERROR else ""
-        lines.append(f"{indent}{label:<{_LABEL_WIDTH}} │{bar}│ {ms:8.2f} ms{mark}")
+        lines.append(f"{indent}{label:<{_LABEL_WIDTH}} │{track}│ {ms:8.2f} ms{mark}")
     if ordered:
         axis_end = f"{scale / 1e6:.2f} ms"
         axis = "0".ljust(width - len(axis_end) + 2) + axis_end
@@ -182,7 +182,7 @@ def _render_one(
     return lines
 
 
-def _bar(start: float, end: float, width: int) -> str:
+def bar(start: float, end: float, width: int) -> str:
     """A ``width``-cell track with a block from ``start`` to ``end`` (fractions of the axis).
 
     Cells are whole on the left and in eighths on the right; a phase too short to see

@@ -2,9 +2,9 @@
 
 Nothing is mocked between the agents: the framework runs its own handoff path (tool
 transfers, an AgentTask entering and handing back, ``update_agent()`` calls, STT and
-realtime-session reuse). Only the model edges are offline fakes (:mod:`otel_handoff._offline`),
+realtime-session reuse). Only the model edges are offline fakes (:mod:`otel_handoff.cli.offline.livekit`),
 so it needs no room, no server and no keys.
-Where the spans go is :mod:`otel_handoff._demo_export`, shared with the AG2 demo.
+Where the spans go is :mod:`otel_handoff.cli.demo_export`, shared with the AG2 demo.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from livekit.agents import Agent, AgentSession, AgentTask, function_tool, telemetry
 
-from ._demo_export import DEFAULT_SERVICE_NAME, DemoResult, DemoSetupError, DemoTracing, write_otlp_json
-from ._offline import IdleRealtimeModel, ScriptedLLM, SilentSTT
-from .livekit import LiveKitHandoffInstrumentor
+from ..livekit import LiveKitHandoffInstrumentor
+from .demo_export import DEFAULT_SERVICE_NAME, DemoResult, DemoSetupError, DemoTracing, write_otlp_json
+from .offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
 
 __all__ = ["DEFAULT_SERVICE_NAME", "DemoResult", "DemoSetupError", "run_demo", "write_otlp_json"]
 

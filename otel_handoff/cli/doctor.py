@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from . import _auto
-from .version import __version__
+from .. import _auto
+from ..version import __version__
 
 _CONNECT_TIMEOUT = 2.0
 
@@ -128,7 +128,7 @@ def _answers(endpoint: str) -> str | None:
 def _export(report: Report) -> None:
     from opentelemetry import trace
 
-    from . import _configure
+    from .. import _configure
 
     report.say("Export")
     if _configure._sdk_disabled():

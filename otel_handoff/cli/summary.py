@@ -1,7 +1,7 @@
 """``otel-handoff summary``: how handoffs did across many calls, from spans already exported.
 
 Reads ``agent_handoff`` spans (and their ``on_enter`` children and linked ``first_speech``
-spans) from a file or a backend (see :mod:`otel_handoff._span_sources`), groups them by
+spans) from a file or a backend (see :mod:`otel_handoff.cli.span_sources`), groups them by
 framework and from → to agent pair, and reports per pair: count, outcomes, reuse rates and
 p50 / p95 / max / mean of the handoff duration and of each phase.
 
@@ -29,12 +29,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import semconv as sc
-from ._span_sources import SpanRecord, SpanSourceError, read_spans
+from ..core import schema as sc
+from .span_sources import SpanRecord, SpanSourceError, read_spans
+from .waterfall import bar
 
 __all__ = [
     "PHASE_NAMES",
-    "Handoff",
+    "HandoffRecord",
     "PairSummary",
     "Stats",
     "collect_handoffs",
@@ -81,7 +82,7 @@ class SummaryError(Exception):
 
 # --- one handoff ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Handoff:
+class HandoffRecord:
     """What the summary needs of one ``agent_handoff`` span. Times are in seconds."""
 
     framework: str
@@ -98,7 +99,7 @@ class Handoff:
         return (self.framework, self.from_agent, self.to_agent)
 
 
-def collect_handoffs(spans: Iterable[SpanRecord]) -> list[Handoff]:
+def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
     """Every ``agent_handoff`` span in ``spans`` with its on_enter and first_speech times.
 
     A span seen twice (overlapping queries, an exporter's retry) counts once.
@@ -143,7 +144,7 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[Handoff]:
         if outcome is None:
             outcome = sc.OUTCOME_ERROR if span.status == "ERROR" else "unknown"
         result.append(
-            Handoff(
+            HandoffRecord(
                 framework=str(attributes.get(sc.FRAMEWORK) or "unknown"),
                 from_agent=str(attributes.get(sc.GEN_AI_HANDOFF_FROM_AGENT) or NONE_AGENT),
                 to_agent=str(attributes.get(sc.GEN_AI_HANDOFF_TO_AGENT) or NONE_AGENT),
@@ -263,9 +264,9 @@ class PairSummary:
         return f"{self.from_agent} → {self.to_agent}"
 
 
-def summarize(handoffs: Iterable[Handoff]) -> list[PairSummary]:
+def summarize(handoffs: Iterable[HandoffRecord]) -> list[PairSummary]:
     """One :class:`PairSummary` per framework and from → to pair, sorted by those names."""
-    groups: dict[tuple[str, str, str], list[Handoff]] = {}
+    groups: dict[tuple[str, str, str], list[HandoffRecord]] = {}
     for handoff in handoffs:
         groups.setdefault(handoff.pair, []).append(handoff)
     pairs = []
@@ -422,16 +423,9 @@ def render_chart(pairs: Sequence[PairSummary], width: int = CHART_WIDTH) -> str:
     return "\n".join(lines) + "\n"
 
 
-_EIGHTHS = " ▏▎▍▌▋▊▉"
-
-
 def _bar(fraction: float, width: int) -> str:
-    """A bar from the left, in eighths of a cell; any non-zero value shows at least a sliver."""
-    eighths = round(min(max(fraction, 0.0), 1.0) * width * 8)
-    if fraction > 0:
-        eighths = max(eighths, 1)
-    full, part = divmod(eighths, 8)
-    return ("█" * full + (_EIGHTHS[part] if part else "")).ljust(width)
+    """A bar from the left (the waterfall's bars, one drawing); zero draws nothing."""
+    return bar(0.0, min(fraction, 1.0), width) if fraction > 0 else " " * width
 
 
 # --- rendering for machines -----------------------------------------------------------------------

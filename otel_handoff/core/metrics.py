@@ -13,8 +13,8 @@ from typing import Any
 from opentelemetry import metrics
 from opentelemetry.context import Context
 
-from . import semconv as sc
-from .version import __version__
+from ..version import __version__
+from . import schema as sc
 
 
 class HandoffMetrics:

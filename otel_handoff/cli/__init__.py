@@ -9,8 +9,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..version import __version__
 from .summary import FORMATS
-from .version import __version__
 
 # --framework -> (module whose import proves the framework is there, what to install otherwise)
 _DEMO_NEEDS = {
@@ -99,8 +99,8 @@ def _demo(args: argparse.Namespace) -> int:
         print(needs, file=sys.stderr)
         return 2
 
-    from ._demo_export import DemoSetupError
-    from ._waterfall import render_handoffs
+    from .demo_export import DemoSetupError
+    from .waterfall import render_handoffs
 
     if args.framework == "ag2":
         from .demo_ag2 import run_ag2_demo as run

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from . import _otlp_json as otlp_json
-from ._configure import exporters, shutdown_within
+from .._configure import exporters, shutdown_within
+from . import otlp_json
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
 

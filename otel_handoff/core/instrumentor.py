@@ -7,7 +7,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from .version import __version__
+from ..version import __version__
+from . import schema as sc
+from .metrics import HandoffMetrics
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.28.0"
 
@@ -30,8 +32,18 @@ class HandoffInstrumentor(BaseInstrumentor):
         return result
 
     @staticmethod
-    def tracer(scope: str, kwargs: dict[str, Any]) -> trace.Tracer:
-        """The tracer of an instrumentor's ``scope``, on ``tracer_provider`` if one was passed."""
-        return trace.get_tracer(
+    def telemetry_parts(scope: str, kwargs: dict[str, Any]) -> tuple[trace.Tracer, HandoffMetrics]:
+        """The tracer and metrics of an instrumentor's ``scope``, on the providers passed, if any."""
+        tracer = trace.get_tracer(
             scope, __version__, tracer_provider=kwargs.get("tracer_provider"), schema_url=SCHEMA_URL
         )
+        return tracer, HandoffMetrics(kwargs.get("meter_provider"), scope)
+
+    @staticmethod
+    def static_attributes(framework: str, version: str) -> dict[str, Any]:
+        """What every ``agent_handoff`` span of a framework carries."""
+        return {
+            sc.GEN_AI_OPERATION_NAME: sc.OPERATION_HANDOFF,
+            sc.FRAMEWORK: framework,
+            sc.FRAMEWORK_VERSION: version,
+        }
