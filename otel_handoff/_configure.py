@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
@@ -168,19 +168,35 @@ def _configure(service_name: str | None) -> Configuration:
 
 
 # --- the environment ---------------------------------------------------------------------------
+class Problem(NamedTuple):
+    """A setting that cannot be used: the variable, what is wrong, what it accepts, what follows."""
+
+    variable: str
+    problem: str
+    accepted: str
+    consequence: str
+
+
 class _Problems:
-    """Report each invalid variable once per set-up: one line, naming it and what it accepts."""
+    """Report each invalid variable once per set-up: one line, naming it and what it accepts.
+
+    The same facts are kept as :class:`Problem` values, which ``otel-handoff doctor`` reads.
+    """
 
     def __init__(self) -> None:
-        self._seen: set[str] = set()
+        self.found: list[Problem] = []
+        self.log = True
 
-    def reset(self) -> None:
-        self._seen.clear()
+    def reset(self, *, log: bool = True) -> None:
+        self.found = []
+        self.log = log
 
     def __call__(self, variable: str, problem: str, accepted: str, consequence: str) -> None:
-        if variable in self._seen:
+        if any(found.variable == variable for found in self.found):
             return
-        self._seen.add(variable)
+        self.found.append(Problem(variable, problem, accepted, consequence))
+        if not self.log:
+            return
         _LOG.error(
             "otel-handoff: %s %s: %s. %s; the application keeps running.",
             variable,
@@ -365,6 +381,11 @@ def _exporters(signal: Signal) -> list[tuple[str, Any]]:
     return built
 
 
+def problems() -> list[Problem]:
+    """The settings the last set-up (:func:`configure`, :func:`exporters`) could not use."""
+    return list(_problems.found)
+
+
 def span_exporters() -> list[tuple[str, SpanExporter]]:
     """The span exporters ``OTEL_TRACES_EXPORTER`` asks for, as (description, exporter).
 
@@ -382,14 +403,15 @@ def metric_exporters() -> list[tuple[str, MetricExporter]]:
 
 
 def exporters(
-    *, build: bool = True
+    *, build: bool = True, log: bool = True
 ) -> tuple[list[tuple[str, SpanExporter]], list[tuple[str, MetricExporter]]]:
     """Span and metric exporters together, each bad setting reported once for both.
 
     ``build=False`` only checks the settings (each problem still reported once) and builds
-    nothing: for a program that exports only when an endpoint is set.
+    nothing: for a program that exports only when an endpoint is set. ``log=False`` logs
+    nothing: :func:`problems` then says what is wrong.
     """
-    _problems.reset()
+    _problems.reset(log=log)
     if not build:
         for signal in ("traces", "metrics"):
             _otlp_settings(signal, None)

@@ -8,7 +8,6 @@ exported, each problem with a one-line fix.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import sys
@@ -105,15 +104,6 @@ def _auto_instrumentation(report: Report) -> None:
         report.say(f"  {_auto.ENV}={shown}: off (instrument in code, or run under opentelemetry-instrument)")
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
-
-
 def _answers(endpoint: str) -> str | None:
     """None when a TCP connection to the endpoint succeeds, else why not."""
     parts = urlsplit(endpoint)
@@ -144,18 +134,10 @@ def _export(report: Report) -> None:
         report.say(f"  provider: {type(provider).__module__}.{type(provider).__name__} (kept as is)")
     report.say(f"  service.name: {_configure._resource(None).attributes.get('service.name')}")
 
-    collect = _Collect()
-    logger = logging.getLogger("otel_handoff")
-    logger.addHandler(collect)
-    propagate, logger.propagate = logger.propagate, False
-    try:
-        exporters = {"traces": _configure.span_exporters(), "metrics": _configure.metric_exporters()}
-    finally:
-        logger.removeHandler(collect)
-        logger.propagate = propagate
-    for message in collect.messages:  # one line each: the variable, what it accepts
-        problem, _, fix = message.removeprefix("otel-handoff: ").partition(": ")
-        report.problem(problem, fix.split(". ")[0] if fix else "see the OpenTelemetry SDK configuration docs")
+    spans_out, metrics_out = _configure.exporters(log=False)  # the problems are this report's
+    exporters = {"traces": spans_out, "metrics": metrics_out}
+    for found in _configure.problems():  # one line each: the variable, what it accepts
+        report.problem(f"{found.variable} {found.problem}", found.accepted)
     for signal, built in exporters.items():
         if not built:
             report.say(f"  {signal}: no exporter (nothing will be sent)")
