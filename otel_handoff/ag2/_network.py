@@ -79,8 +79,11 @@ class NetworkTelemetry:
     static_attributes: dict[str, Any]
     enabled: bool = True
     channels: dict[str, ChannelTrack] = field(default_factory=dict)
-    # channel id -> envelope id -> (fold time, folded state): decisions not yet confirmed posted
-    folds: dict[str, OrderedDict[str, tuple[int, Any]]] = field(default_factory=dict)
+    # per adapter (one per hub, so a closed hub's notes go with it): channel id -> envelope id ->
+    # (fold time, folded state), decisions not yet confirmed as posted
+    folds: weakref.WeakKeyDictionary[Any, dict[str, OrderedDict[str, tuple[int, Any]]]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
     # hubs that hold one of our listeners, removed again at uninstrument()
     listeners: weakref.WeakKeyDictionary[Any, HandoffListener] = field(
         default_factory=weakref.WeakKeyDictionary
@@ -110,10 +113,10 @@ class NetworkTelemetry:
         return track
 
     # --- what the wrappers report -------------------------------------------------------
-    def note_fold(self, envelope: Any, start_ns: int, state: Any) -> None:
+    def note_fold(self, adapter: Any, envelope: Any, start_ns: int, state: Any) -> None:
         if envelope.event_type not in _SUBSTANTIVE or not isinstance(state, WorkflowState):
             return
-        folds = self.folds.setdefault(envelope.channel_id, OrderedDict())
+        folds = self.folds.setdefault(adapter, {}).setdefault(envelope.channel_id, OrderedDict())
         folds[envelope.envelope_id] = (start_ns, state)
         while len(folds) > _FOLDS_KEPT:
             folds.popitem(last=False)
@@ -157,7 +160,7 @@ class HandoffListener(BaseHubListener):
         telemetry = self._telemetry
         if envelope.event_type not in _SUBSTANTIVE:
             return
-        noted = telemetry.folds.get(envelope.channel_id, {}).pop(envelope.envelope_id, None)
+        noted = self._folds(envelope.channel_id).pop(envelope.envelope_id, None)
         if noted is None:
             return  # folded before instrument(), or not by a workflow adapter
         start_ns, state = noted
@@ -167,10 +170,19 @@ class HandoffListener(BaseHubListener):
 
     def _closed(self, channel_id: str) -> None:
         telemetry = self._telemetry
-        telemetry.folds.pop(channel_id, None)
+        self._folds(channel_id).clear()
         track = telemetry.channels.pop(channel_id, None)
         if track is not None:
             track.close(time.time_ns(), closed_as_decided=True)
+
+    def _folds(self, channel_id: str) -> OrderedDict[str, tuple[int, Any]]:
+        """The folds noted for a channel of this hub (its adapter's), empty if none."""
+        hub = self._hub()
+        try:
+            adapter = hub.adapter_for(channel_id) if hub is not None else None
+        except Exception:  # a channel this hub no longer knows
+            return OrderedDict()
+        return self._telemetry.folds.get(adapter, {}).get(channel_id) or OrderedDict()
 
     def hub_closing(self) -> None:
         """The hub closes: channels it leaves open end their handoffs as skipped."""
@@ -180,7 +192,6 @@ class HandoffListener(BaseHubListener):
         for channel_id, track in list(telemetry.channels.items()):
             if track.hub() is hub:
                 del telemetry.channels[channel_id]
-                telemetry.folds.pop(channel_id, None)
                 track.close(now, closed_as_decided=False)
 
 
@@ -341,7 +352,7 @@ def wrap_fold(telemetry: NetworkTelemetry, wrapped: Any, instance: Any, args: An
     state = wrapped(*args, **kwargs)
     if telemetry.enabled:
         envelope = args[0] if args else kwargs.get("envelope")
-        guard("WorkflowAdapter.fold", telemetry.note_fold, envelope, start_ns, state)
+        guard("WorkflowAdapter.fold", telemetry.note_fold, instance, envelope, start_ns, state)
     return state
 
 
