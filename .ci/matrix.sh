@@ -24,6 +24,7 @@ else
     "livekit-agents|$PY311"
     "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
+    "pipecat-ai==1.5.0|$PY311" "pipecat-ai|$PY311"
   )
 fi
 
@@ -37,6 +38,7 @@ for cell in "${CELLS[@]}"; do
   case "$dist" in
     livekit-agents) tests=(tests/test_livekit_*.py); extra=(httpx) ;;  # 1.2/1.4 import httpx undeclared
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
+    pipecat-ai) tests=(tests/test_pipecat_*.py); extra=() ;;  # ~500 MB each: pip's cache serves the second
     *) echo "unknown framework in $spec"; exit 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

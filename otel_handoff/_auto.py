@@ -64,6 +64,14 @@ FRAMEWORKS = (
             ("ag2.network.hub.core", "Hub.__init__"),
         ),
     ),
+    Framework(
+        "pipecat_handoff",
+        ("pipecat.flows",),
+        "otel_handoff.pipecat:PipecatFlowsHandoffInstrumentor",
+        "pipecat",
+        ("pipecat-ai",),
+        (("pipecat.flows.manager", "FlowManager.__init__"),),
+    ),
 )
 
 
@@ -110,7 +118,7 @@ def start() -> None:
         if not any(installed(framework) for framework in FRAMEWORKS):
             _LOG.warning(
                 "otel-handoff: %s is set but no supported framework is installed; "
-                "pip install 'otel-handoff[livekit]' (or [ag2]). Nothing is traced.",
+                "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat]). Nothing is traced.",
                 ENV,
             )
             return

@@ -181,6 +181,9 @@ PRIVATE_TEXTS = (
     "moving you to billing",
     "supervisor here",
     "vip desk here",
+    # Pipecat Flows: node role and task messages
+    "You are the ",
+    "Help at the ",
 )
 
 

@@ -22,6 +22,10 @@ _DEMO_NEEDS = {
         "ag2.network",
         "otel-handoff demo --framework ag2 needs ag2 >= 1: pip install 'otel-handoff[ag2]'",
     ),
+    "pipecat": (
+        "pipecat.flows",
+        "otel-handoff demo --framework pipecat needs pipecat-ai >= 1.5: pip install 'otel-handoff[pipecat]'",
+    ),
 }
 
 
@@ -45,7 +49,8 @@ def _parser() -> argparse.ArgumentParser:
         "--framework",
         choices=sorted(_DEMO_NEEDS),
         default="livekit",
-        help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels",
+        help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
+        "pipecat: Pipecat Flows",
     )
     summary = commands.add_parser(
         "summary",
@@ -104,6 +109,8 @@ def _demo(args: argparse.Namespace) -> int:
 
     if args.framework == "ag2":
         from .demo_ag2 import run_ag2_demo as run
+    elif args.framework == "pipecat":
+        from .demo_pipecat import run_pipecat_demo as run
     else:
         from .demo import run_demo as run
     try:

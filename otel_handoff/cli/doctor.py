@@ -68,7 +68,7 @@ def _frameworks(report: Report) -> None:
         report.say(f"  {label} {version}: supported ({wanted}); entry point {framework.entry_point}: {state}")
     if not found:
         report.problem(
-            "no supported framework is installed", "pip install 'otel-handoff[livekit]' (or [ag2])"
+            "no supported framework is installed", "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat])"
         )
 
 

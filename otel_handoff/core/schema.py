@@ -176,3 +176,35 @@ KIND_HANDOFF = "handoff"  # a tool returned Handoff
 KIND_FINISH = "finish"  # a tool returned Finish
 KIND_DEFAULT = "default"  # no rule matched: the graph's default_target
 KIND_MAX_TURNS = "max_turns"  # the turn limit closed the channel
+
+# --- Pipecat Flows -------------------------------------------------------------------------
+# node transitions of `pipecat.flows` (pipecat-ai 1.5 and later)
+FRAMEWORK_PIPECAT = "pipecat-flows"
+
+SPAN_FUNCTION_CALL_WAIT = "agent_handoff.function_call_wait"
+SPAN_HANDLER = "agent_handoff.handler"
+SPAN_PRE_ACTIONS = "agent_handoff.pre_actions"
+SPAN_POST_ACTIONS = "agent_handoff.post_actions"
+SPAN_SUMMARY = "agent_handoff.summary"
+SPAN_CONTEXT_UPDATE = "agent_handoff.context_update"
+
+FUNCTION_CALL_WAIT_DURATION = "agent_handoff.function_call_wait.duration"
+HANDLER_DURATION = "agent_handoff.handler.duration"
+PRE_ACTIONS_DURATION = "agent_handoff.pre_actions.duration"
+POST_ACTIONS_DURATION = "agent_handoff.post_actions.duration"
+SUMMARY_DURATION = "agent_handoff.summary.duration"
+CONTEXT_UPDATE_DURATION = "agent_handoff.context_update.duration"
+CONTEXT_STRATEGY = "agent_handoff.context_strategy"  # append, reset or reset_with_summary
+ACTIONS = "agent_handoff.actions"  # the action types of a pre_actions / post_actions span
+
+ERROR_TIMEOUT = "timeout"
+
+# Flows phase -> (child span name, duration attribute); the duration is the sum of these
+FLOWS_PHASES: dict[str, tuple[str, str]] = {
+    "handler": (SPAN_HANDLER, HANDLER_DURATION),
+    "pre_actions": (SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION),
+    "summary": (SPAN_SUMMARY, SUMMARY_DURATION),
+    "context_update": (SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION),
+    "post_actions": (SPAN_POST_ACTIONS, POST_ACTIONS_DURATION),
+}
+PHASE_FUNCTION_CALL_WAIT = "function_call_wait"

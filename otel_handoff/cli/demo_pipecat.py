@@ -1,0 +1,73 @@
+"""A Pipecat Flows conversation, run offline and traced: ``otel-handoff demo --framework pipecat``.
+
+A real ``PipelineWorker`` with a real context aggregator; only the model, the TTS and the output
+stage are scripted (:mod:`otel_handoff.cli.offline.pipecat_flows`). The caller asks for a booking:
+the model calls ``go_to_booking``, whose node says "One moment" (a ``tts_say`` pre-action that
+plays in real time) and resets the context; then the app moves the call on from code.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from loguru import logger
+from pipecat.flows import ContextStrategy, ContextStrategyConfig, FlowsFunctionSchema
+
+from ..pipecat import PipecatFlowsHandoffInstrumentor
+from .demo_export import DemoResult, DemoTracing
+from .offline import pipecat_flows as pf
+
+__all__ = ["run_pipecat_demo"]
+
+
+def _booking() -> dict[str, Any]:
+    return {
+        "name": "booking",
+        "task_messages": [{"role": "developer", "content": "Book the appointment."}],
+        "pre_actions": [{"type": "tts_say", "text": "One moment please."}],
+        "context_strategy": ContextStrategyConfig(strategy=ContextStrategy.RESET),
+    }
+
+
+async def _go_to_booking(args: dict[str, Any], flow_manager: Any) -> tuple[Any, Any]:
+    return {"status": "ok"}, _booking()
+
+
+def _greeting() -> dict[str, Any]:
+    return {
+        "name": "greeting",
+        "task_messages": [{"role": "developer", "content": "Greet the caller."}],
+        "functions": [
+            FlowsFunctionSchema(
+                name="go_to_booking", description="Book", properties={}, required=[], handler=_go_to_booking
+            )
+        ],
+    }
+
+
+async def _to_wrap_up(flow_manager: Any, worker: Any) -> None:
+    await pf.node_reached(flow_manager, "booking")
+    await flow_manager.set_node_from_config(
+        {"name": "wrap_up", "task_messages": [{"role": "developer", "content": "Say goodbye."}]}
+    )
+
+
+async def run_pipecat_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
+    tracing = DemoTracing.create(export_path)
+    logger.remove()  # Pipecat logs each frame at DEBUG
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        raise RuntimeError("run_pipecat_demo instruments Pipecat itself: uninstrument it first")
+    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
+    try:
+        await pf.run_flow(
+            _greeting(),
+            ["Hello, how can I help?", [("go_to_booking", {})], "Booked for Tuesday.", "Goodbye."],
+            [pf.user_says("I'd like to book"), _to_wrap_up],
+            until=lambda fm: fm.current_node == "wrap_up",
+            paced=True,
+        )
+    finally:
+        instrumentor.uninstrument()
+    return tracing.result()

@@ -1,0 +1,142 @@
+"""OpenTelemetry tracing of Pipecat Flows node transitions.
+
+Usage::
+
+    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+    PipecatFlowsHandoffInstrumentor().instrument()
+
+Every node transition of a ``FlowManager`` (``pipecat.flows``, pipecat-ai 1.5 and later) becomes
+one ``agent_handoff`` span with a child per phase: the app's function handler, the wait for other
+function calls, pre-actions, the RESET_WITH_SUMMARY model call, the context update, post-actions;
+and an ``agent_handoff.first_speech`` span, linked to it, until the bot speaks in the new node.
+The first node (``initialize()``) is not a handoff. Spans carry node, function and action names
+only: never messages, function arguments or results, summaries or ``tts_say`` text.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import logging
+import time
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.utils import unwrap
+from packaging.version import Version
+from wrapt import wrap_function_wrapper
+
+from ..core import schema as sc
+from ..core.instrumentor import HandoffInstrumentor
+from .package import NEWEST_TESTED, TESTED, _instruments
+
+_LOG = logging.getLogger(__name__)
+
+_MANAGER = "pipecat.flows.manager"
+_TYPES = "pipecat.flows.types"
+
+__all__ = ["PipecatFlowsHandoffInstrumentor"]
+
+
+def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+    from . import _wrappers as w
+
+    with_telemetry = functools.partial
+    return [
+        (_MANAGER, "FlowManager.__init__", with_telemetry(w.wrap_init, telemetry)),
+        (
+            _MANAGER,
+            "FlowManager._create_transition_func",
+            with_telemetry(w.wrap_create_transition_func, telemetry),
+        ),
+        (_MANAGER, "FlowManager._call_handler", with_telemetry(w.wrap_call_handler, telemetry)),
+        (_TYPES, "FlowsDirectFunctionWrapper.invoke", with_telemetry(w.wrap_call_handler, telemetry)),
+        (
+            _MANAGER,
+            "FlowManager._check_and_execute_transition",
+            with_telemetry(w.wrap_check_and_execute, telemetry),
+        ),
+        (
+            _MANAGER,
+            "FlowManager.set_node_from_config",
+            with_telemetry(w.wrap_set_node_from_config, telemetry),
+        ),
+        (_MANAGER, "FlowManager._set_node", with_telemetry(w.wrap_set_node, telemetry)),
+        (_MANAGER, "FlowManager._execute_actions", with_telemetry(w.wrap_execute_actions, telemetry)),
+        (_MANAGER, "FlowManager._update_llm_context", with_telemetry(w.wrap_update_llm_context, telemetry)),
+        (
+            _MANAGER,
+            "FlowManager._create_conversation_summary",
+            with_telemetry(w.wrap_create_summary, telemetry),
+        ),
+    ]
+
+
+def _resolve(module: str, name: str) -> tuple[Any, str]:
+    owner_name, _, attr = name.rpartition(".")
+    target: Any = importlib.import_module(module)
+    return (getattr(target, owner_name) if owner_name else target), attr
+
+
+class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
+    """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
+
+    _wrapped: tuple[tuple[str, str], ...] = ()
+    _telemetry: Any = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        if importlib.util.find_spec("pipecat") is None or importlib.util.find_spec("pipecat.flows") is None:
+            return  # not installed, or a pipecat-ai before Flows moved in: nothing to trace
+        from importlib.metadata import version
+
+        from ._transition import FlowsTelemetry
+
+        installed = version("pipecat-ai")
+        tracer, metrics = self.telemetry_parts(__name__, kwargs)
+        telemetry = FlowsTelemetry(tracer, metrics, self.static_attributes(sc.FRAMEWORK_PIPECAT, installed))
+        points = _wrap_points(telemetry)
+        missing = []
+        for module, name, _ in points:
+            try:
+                owner, attr = _resolve(module, name)
+                if attr not in vars(owner):
+                    missing.append(f"{module}.{name}")
+            except (ImportError, AttributeError):
+                missing.append(f"{module}.{name}")
+        if missing:
+            _LOG.error(
+                "otel-handoff: pipecat-ai %s lacks %s; Flows transitions are not traced. "
+                "Install a tested release (%s).",
+                installed,
+                ", ".join(missing),
+                TESTED,
+            )
+            return
+        if Version(installed) > Version(NEWEST_TESTED):
+            _LOG.info(
+                "otel-handoff: pipecat-ai %s is newer than the releases tested (%s); every wrap point "
+                "was found, so it is instrumented.",
+                installed,
+                TESTED,
+            )
+        for module, name, wrapper in points:
+            wrap_function_wrapper(module, name, wrapper)
+        type(self)._wrapped = tuple((module, name) for module, name, _ in points)
+        type(self)._telemetry = telemetry
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        cls = type(self)
+        telemetry = cls._telemetry
+        if telemetry is not None:
+            telemetry.enabled = False  # observers left on running workers now pass everything by
+            for state in list(telemetry.flows.values()):
+                state.finish(time.time_ns())
+        for module, name in cls._wrapped:
+            unwrap(*_resolve(module, name))
+        cls._wrapped = ()
+        cls._telemetry = None

@@ -1,0 +1,308 @@
+"""The wrapt wrappers the Pipecat Flows instrumentor installs, one small function per wrap point.
+
+How a transition runs (``pipecat/flows/manager.py``): the model calls a Flows function; its
+``transition_func`` runs the app's handler (``_call_handler``, or ``FlowsDirectFunctionWrapper
+.invoke``), stores the next node in ``_pending_transition`` and hands the result to the context
+aggregator through ``params.result_callback``; the aggregator later calls
+``_check_and_execute_transition``, which waits until no other function call is in progress, and
+``_set_node`` runs the pre-actions, the context update (``_update_llm_context``, with
+``_create_conversation_summary`` for RESET_WITH_SUMMARY) and the post-actions. The app can also
+call ``set_node_from_config``. Each wrapper calls the original with the same arguments and returns
+its value; our bookkeeping runs through ``guard``, so a fault of ours never reaches the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from contextvars import ContextVar
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from ..core import schema as sc
+from ..core.faults import guard
+from ._transition import FlowState, FlowsTelemetry, Phase, Transition
+
+
+@dataclasses.dataclass
+class _ToolCall:
+    start_ns: int
+    name: str | None
+    call_id: str | None
+    pending_before: Any = None  # Flows' pending transition when the call began (another call's)
+    handler: Phase | None = None
+
+
+_CALL: ContextVar[_ToolCall | None] = ContextVar("otel_handoff_flows_call", default=None)
+_EXECUTING: ContextVar[Transition | None] = ContextVar("otel_handoff_flows_executing", default=None)
+_API_REQUEST: ContextVar[int | None] = ContextVar("otel_handoff_flows_api", default=None)
+_CURRENT: ContextVar[Transition | None] = ContextVar("otel_handoff_flows_current", default=None)
+
+
+def _node_name(node_config: Any) -> str | None:
+    """A node's name as Flows names it (``NodeConfig["name"]``), if it has one yet."""
+    name = node_config.get("name") if isinstance(node_config, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _arg(args: tuple[Any, ...], kwargs: dict[str, Any], index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _parent(flow_manager: Any, trigger: str) -> otel_context.Context | None:
+    """Pipecat's current turn when its tracing is on; the app's span for an api call; else None."""
+    tracing = getattr(getattr(flow_manager, "_llm", None), "_tracing_context", None)
+    turn = tracing.get_turn_context() if tracing is not None else None
+    if turn is not None and trace.get_current_span(turn).get_span_context().is_valid:
+        return turn
+    if trigger == sc.TRIGGER_API:
+        current = otel_context.get_current()
+        if trace.get_current_span(current).get_span_context().is_valid:
+            return current
+    return None  # one root per conversation
+
+
+# --- the flow manager's life ------------------------------------------------------------------
+def wrap_init(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    result = wrapped(*args, **kwargs)
+    if telemetry.enabled:
+        guard("FlowManager.__init__", _watch_worker, telemetry, instance)
+    return result
+
+
+def _watch_worker(telemetry: FlowsTelemetry, flow_manager: Any) -> None:
+    """First speech through an observer on the worker; the conversation's end through its event."""
+    from ._observer import first_speech_observer
+
+    state = telemetry.state(flow_manager)
+    worker = getattr(flow_manager, "_worker", None)
+    if worker is None:
+        return
+    worker.add_observer(first_speech_observer(telemetry, state))
+
+    async def finished(*_: Any) -> None:
+        guard("on_pipeline_finished", state.finish, time.time_ns())
+
+    worker.add_event_handler("on_pipeline_finished", finished)
+
+
+# --- a tool asks for a transition ---------------------------------------------------------------
+async def wrap_create_transition_func(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    transition_func = await wrapped(*args, **kwargs)
+    if not telemetry.enabled:
+        return transition_func
+
+    async def traced_transition_func(params: Any) -> None:
+        call = _ToolCall(
+            time.time_ns(),
+            getattr(params, "function_name", None),
+            getattr(params, "tool_call_id", None),
+            getattr(instance, "_pending_transition", None),
+        )
+        traced = guard("transition_func", _with_request_hook, telemetry, instance, params, call)
+        token = _CALL.set(call)
+        try:
+            return await transition_func(traced if traced is not None else params)
+        finally:
+            _CALL.reset(token)
+
+    return traced_transition_func
+
+
+def _with_request_hook(telemetry: FlowsTelemetry, flow_manager: Any, params: Any, call: _ToolCall) -> Any:
+    """The same params, with a result callback that sees the next node the handler returned.
+
+    Flows stores the next node just before it hands the result on; the aggregator may run the
+    transition any time after that, so the request is noted there, not after the call returns.
+    """
+    result_callback = params.result_callback
+
+    async def noting_result_callback(*cb_args: Any, **cb_kwargs: Any) -> Any:
+        guard("result_callback", _note_request, telemetry, flow_manager, call)
+        return await result_callback(*cb_args, **cb_kwargs)
+
+    return dataclasses.replace(params, result_callback=noting_result_callback)
+
+
+def _note_request(telemetry: FlowsTelemetry, flow_manager: Any, call: _ToolCall) -> None:
+    pending = getattr(flow_manager, "_pending_transition", None)
+    if not telemetry.enabled or not pending or not pending.get("next_node"):
+        return  # a node function (no next node): not a handoff
+    if pending is call.pending_before:
+        return  # another call's transition, still waiting: this call asked for none
+    now = time.time_ns()
+    transition = Transition(
+        trigger=sc.TRIGGER_TOOL,
+        start_ns=call.start_ns,
+        parent=_parent(flow_manager, sc.TRIGGER_TOOL),
+        tool_name=call.name,
+        tool_call_id=call.call_id,
+        requested_ns=now,
+        from_node=flow_manager._current_node,
+        to_node=_node_name(pending["next_node"]),
+    )
+    if call.handler is not None:
+        transition.phases["handler"] = call.handler
+    telemetry.state(flow_manager).request(transition)
+
+
+async def wrap_call_handler(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    call = _CALL.get()
+    if call is None or not telemetry.enabled:
+        return await wrapped(*args, **kwargs)
+    phase = Phase(time.time_ns())
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        phase.end_ns = time.time_ns()
+        call.handler = phase
+
+
+async def wrap_check_and_execute(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    transition = (
+        guard("_check_and_execute_transition", _ready, telemetry, instance) if telemetry.enabled else None
+    )
+    if transition is None:
+        return await wrapped(*args, **kwargs)
+    token = _EXECUTING.set(transition)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _EXECUTING.reset(token)
+
+
+def _ready(telemetry: FlowsTelemetry, flow_manager: Any) -> Transition | None:
+    """The pending transition, if Flows is about to run it now; else note that it waits."""
+    state = telemetry.flows.get(flow_manager)
+    transition = state.pending if state is not None else None
+    if transition is None or not getattr(flow_manager, "_pending_transition", None):
+        return None
+    if flow_manager._context_aggregator.assistant().has_function_calls_in_progress:
+        transition.waited = True  # another function call is still running: Flows waits for it
+        return None
+    if transition.waited:
+        transition.phases[sc.PHASE_FUNCTION_CALL_WAIT] = Phase(transition.requested_ns, time.time_ns())
+    return transition
+
+
+# --- the app asks --------------------------------------------------------------------------------
+async def wrap_set_node_from_config(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    token = _API_REQUEST.set(time.time_ns())
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _API_REQUEST.reset(token)
+
+
+# --- the new node is set ------------------------------------------------------------------------
+async def wrap_set_node(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    begun = (
+        guard("FlowManager._set_node", _begin, telemetry, instance, args, kwargs)
+        if telemetry.enabled
+        else None
+    )
+    if begun is None:
+        return await wrapped(*args, **kwargs)
+    state, transition = begun
+    token = _CURRENT.set(transition)
+    try:
+        result = await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        outcome = sc.OUTCOME_SKIPPED if isinstance(exc, asyncio.CancelledError) else sc.OUTCOME_ERROR
+        error = None if isinstance(exc, asyncio.CancelledError) else exc
+        guard("FlowManager._set_node", state.emit, transition, outcome, time.time_ns(), error)
+        raise
+    finally:
+        _CURRENT.reset(token)
+    guard("FlowManager._set_node", _end, state, transition)
+    return result
+
+
+def _begin(
+    telemetry: FlowsTelemetry, flow_manager: Any, args: Any, kwargs: Any
+) -> tuple[FlowState, Transition] | None:
+    state = telemetry.state(flow_manager)
+    if not getattr(flow_manager, "_initialized", False) or flow_manager._current_node is None:
+        return None  # the first node is not a handoff
+    now = time.time_ns()
+    transition = _EXECUTING.get()
+    if transition is not None and transition is state.pending:
+        state.pending = None
+    else:
+        requested = _API_REQUEST.get() or now
+        transition = Transition(
+            trigger=sc.TRIGGER_API,
+            start_ns=requested,
+            parent=_parent(flow_manager, sc.TRIGGER_API),
+            requested_ns=requested,
+        )
+        state.drop_pending(now)  # Flows drops a tool's pending transition for this one
+    node_config = _arg(args, kwargs, 1, "node_config") or {}
+    strategy = node_config.get("context_strategy") or getattr(flow_manager, "_context_strategy", None)
+    transition.from_node = flow_manager._current_node
+    transition.to_node = _arg(args, kwargs, 0, "node_id")
+    transition.context_strategy = getattr(getattr(strategy, "strategy", None), "value", None)
+    transition.executing_ns = now
+    return state, transition
+
+
+def _end(state: FlowState, transition: Transition) -> None:
+    state.emit(transition, sc.OUTCOME_COMPLETED, time.time_ns())
+    state.awaiting_speech = transition
+
+
+# --- phases inside _set_node --------------------------------------------------------------------
+async def wrap_execute_actions(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    transition = _CURRENT.get()
+    if transition is None or not telemetry.enabled:
+        return await wrapped(*args, **kwargs)
+    pre = _arg(args, kwargs, 0, "pre_actions")
+    actions = pre or _arg(args, kwargs, 1, "post_actions") or ()
+    phase = Phase(time.time_ns(), actions=tuple(str(a.get("type")) for a in actions if isinstance(a, dict)))
+    transition.phases["pre_actions" if pre else "post_actions"] = phase
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        phase.end_ns = time.time_ns()
+
+
+async def wrap_update_llm_context(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    return await _timed(telemetry, "context_update", wrapped, args, kwargs)
+
+
+async def wrap_create_summary(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    return await _timed(telemetry, "summary", wrapped, args, kwargs)
+
+
+async def _timed(telemetry: FlowsTelemetry, name: str, wrapped: Any, args: Any, kwargs: Any) -> Any:
+    transition = _CURRENT.get()
+    if transition is None or not telemetry.enabled:
+        return await wrapped(*args, **kwargs)
+    phase = transition.phases[name] = Phase(time.time_ns())
+    try:
+        return await wrapped(*args, **kwargs)
+    except asyncio.CancelledError:
+        if name == "summary":  # Flows' 5 s wait_for gave up on it and falls back to APPEND
+            phase.error_type = sc.ERROR_TIMEOUT
+        raise
+    finally:
+        phase.end_ns = time.time_ns()

@@ -1,0 +1,376 @@
+"""Pipecat Flows node transitions, traced in a real PipelineWorker with a real context aggregator.
+
+Only the model, the TTS and the output stage are scripted (``otel_handoff.cli.offline.pipecat_flows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0 (pipecat.flows)")
+
+from conftest import METER_PROVIDER, METRIC_READER, OpenSpans, Spans
+from loguru import logger
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import StatusCode
+from pipecat.flows import ContextStrategy, ContextStrategyConfig, FlowManager, FlowsFunctionSchema
+from wrapt import FunctionWrapper
+
+from otel_handoff.cli.offline import pipecat_flows as pf
+from otel_handoff.core import schema as sc
+from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor, _transition
+
+logger.remove()  # Pipecat logs every frame at DEBUG through loguru
+
+# private: the caller's words, the model's summary, what tts_say says, function arguments/results
+SECRET_WORDS = "my card is 4111"
+SUMMARY_TEXT = "refunded order 4711 to card 4111"
+SAY_TEXT = "checking your account"
+
+
+@pytest.fixture
+def flows(provider: TracerProvider, spans: Spans) -> Iterator[Spans]:
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider, meter_provider=METER_PROVIDER)
+    METRIC_READER.get_metrics_data()
+    yield spans
+    instrumentor.uninstrument()
+
+
+# --- the app's flow -----------------------------------------------------------------------------
+def node(name: str, *, functions: list[Any] = (), **config: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "role_message": f"You are the {name} desk.",
+        "task_messages": [{"role": "developer", "content": f"Help at the {name} desk."}],
+        "functions": list(functions),
+        **config,
+    }
+
+
+def edge(name: str, target: Any, *, raises: bool = False, delay: float = 0.0) -> FlowsFunctionSchema:
+    """A Flows function whose handler returns (result, next node) — a transition."""
+
+    async def handler(args: dict[str, Any], flow_manager: FlowManager) -> tuple[Any, Any]:
+        if delay:
+            await asyncio.sleep(delay)
+        if raises:
+            raise RuntimeError(f"lookup failed for {args.get('card')}")
+        return {"status": "ok", "card": args.get("card")}, target()
+
+    return FlowsFunctionSchema(
+        name=name, description=name, properties={"card": {"type": "string"}}, required=[], handler=handler
+    )
+
+
+def booking(**config: Any) -> dict[str, Any]:
+    return node("booking", **config)
+
+
+def greeting(target: Any = booking, **edge_options: Any) -> dict[str, Any]:
+    return node("greeting", functions=[edge("go_to_booking", target, **edge_options)])
+
+
+CALL = [("go_to_booking", {"card": SECRET_WORDS})]
+
+
+async def tool_transition(
+    target: Any = booking, *, at: str = "booking", replies: list[Any] | None = None, **options: Any
+) -> pf.FlowRun:
+    return await pf.run_flow(
+        greeting(target),
+        replies or ["Hello, how can I help?", CALL, "Booked."],
+        [pf.user_says(SECRET_WORDS)],
+        until=lambda fm: fm.current_node == at,
+        **options,
+    )
+
+
+def handoffs(spans: Spans) -> list[ReadableSpan]:
+    return [s for s in spans.handoffs() if s.attributes[sc.FRAMEWORK] == sc.FRAMEWORK_PIPECAT]
+
+
+def children(spans: Spans, handoff: ReadableSpan) -> dict[str, ReadableSpan]:
+    return {c.name: c for c in spans.children(handoff)}
+
+
+def check(handoff: ReadableSpan) -> dict[str, Any]:
+    """The shared attributes, and a duration that is the sum of the phases."""
+    import pipecat
+
+    a = dict(handoff.attributes)
+    assert a[sc.GEN_AI_OPERATION_NAME] == sc.OPERATION_HANDOFF
+    assert a[sc.FRAMEWORK] == "pipecat-flows"
+    assert a[sc.FRAMEWORK_VERSION] == pipecat.version()
+    phases = [a[key] for _, key in sc.FLOWS_PHASES.values() if key in a]
+    assert a[sc.DURATION] == pytest.approx(sum(phases), abs=1e-6)
+    assert a[sc.DURATION] <= (handoff.end_time - handoff.start_time) / 1e9 + 1e-6
+    return a
+
+
+# --- transitions ---------------------------------------------------------------------------------
+async def test_tool_transition_with_append(flows: Spans, open_spans: OpenSpans) -> None:
+    run = await tool_transition()
+    assert run.final_node == "booking"
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    assert (a[sc.GEN_AI_HANDOFF_FROM_AGENT], a[sc.GEN_AI_HANDOFF_TO_AGENT]) == ("greeting", "booking")
+    assert a[sc.TRIGGER] == sc.TRIGGER_TOOL and a[sc.GEN_AI_TOOL_NAME] == "go_to_booking"
+    assert a[sc.GEN_AI_TOOL_CALL_ID].startswith("call_")
+    assert a[sc.CONTEXT_STRATEGY] == "append" and a[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert a[sc.SEQUENCE] == 1
+    kids = children(flows, handoff)
+    assert set(kids) == {sc.SPAN_HANDLER, sc.SPAN_CONTEXT_UPDATE}
+    assert kids[sc.SPAN_HANDLER].end_time <= kids[sc.SPAN_CONTEXT_UPDATE].start_time
+    # the caller heard the bot again in the new node: the dead air, linked to the handoff
+    (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
+    assert speech.links[0].context.span_id == handoff.context.span_id
+    assert speech.attributes[sc.FIRST_SPEECH_DELAY] == pytest.approx(
+        (speech.end_time - speech.start_time) / 1e9
+    )
+    assert speech.end_time >= handoff.end_time
+    # Pipecat's tracing is off: one root per conversation, ended with it
+    (root,) = flows.named(sc.SPAN_CHAT)
+    assert handoff.parent.span_id == root.context.span_id and root.attributes[sc.CHAT_HANDOFFS] == 1
+    assert open_spans.ours() == []
+
+
+async def test_reset(flows: Spans) -> None:
+    await tool_transition(
+        lambda: booking(context_strategy=ContextStrategyConfig(strategy=ContextStrategy.RESET))
+    )
+    (handoff,) = handoffs(flows)
+    assert check(handoff)[sc.CONTEXT_STRATEGY] == "reset"
+
+
+async def test_reset_with_a_slow_summary(flows: Spans) -> None:
+    strategy = ContextStrategyConfig(strategy=ContextStrategy.RESET_WITH_SUMMARY, summary_prompt="Summarize.")
+    await tool_transition(lambda: booking(context_strategy=strategy), summary_delay=0.2, summary=SUMMARY_TEXT)
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    assert a[sc.CONTEXT_STRATEGY] == "reset_with_summary"
+    kids = children(flows, handoff)
+    summary, update = kids[sc.SPAN_SUMMARY], kids[sc.SPAN_CONTEXT_UPDATE]
+    assert a[sc.SUMMARY_DURATION] >= 0.2  # the model call the caller waited for
+    assert update.start_time <= summary.start_time and summary.end_time <= update.end_time
+    assert a[sc.CONTEXT_UPDATE_DURATION] < a[sc.SUMMARY_DURATION]  # the summary is its own phase
+    assert summary.status.status_code is StatusCode.UNSET
+
+
+async def test_reset_with_a_summary_that_times_out(flows: Spans) -> None:
+    """Flows gives the summary 5 s, then falls back to APPEND: the summary span says so."""
+    strategy = ContextStrategyConfig(strategy=ContextStrategy.RESET_WITH_SUMMARY, summary_prompt="Summarize.")
+    run = await tool_transition(lambda: booking(context_strategy=strategy), summary_delay=30.0)
+    assert run.final_node == "booking"
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    assert a[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    summary = children(flows, handoff)[sc.SPAN_SUMMARY]
+    assert summary.status.status_code is StatusCode.ERROR and summary.attributes[sc.ERROR_TYPE] == "timeout"
+    assert a[sc.SUMMARY_DURATION] >= 5.0
+
+
+async def test_tts_say_pre_action_holds_the_transition(flows: Spans) -> None:
+    target = lambda: booking(pre_actions=[{"type": "tts_say", "text": SAY_TEXT}])  # noqa: E731
+    await tool_transition(target, paced=True)
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    pre = children(flows, handoff)[sc.SPAN_PRE_ACTIONS]
+    assert pre.attributes[sc.ACTIONS] == ("tts_say",)
+    # the phrase played in real time (20 ms per character) before the new node was set
+    assert a[sc.PRE_ACTIONS_DURATION] >= 0.02 * len(SAY_TEXT)
+    assert pre.end_time <= children(flows, handoff)[sc.SPAN_CONTEXT_UPDATE].start_time
+
+
+async def test_post_actions(flows: Spans) -> None:
+    seen: list[str] = []
+
+    async def note(action: dict[str, Any], flow_manager: FlowManager) -> None:
+        seen.append(action["type"])
+
+    target = lambda: booking(post_actions=[{"type": "note_visit", "handler": note}])  # noqa: E731
+    await tool_transition(target)
+    assert seen == ["note_visit"]
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    post = children(flows, handoff)[sc.SPAN_POST_ACTIONS]
+    assert post.attributes[sc.ACTIONS] == ("note_visit",)
+    assert post.start_time >= children(flows, handoff)[sc.SPAN_CONTEXT_UPDATE].end_time
+    assert sc.POST_ACTIONS_DURATION in a
+
+
+async def test_transition_waits_for_a_parallel_function_call(flows: Spans) -> None:
+    """The model calls a transition and, beside it, a slower node function. Flows runs the
+    transition only once no other call is in progress, and (pipecat-ai 1.5 to 1.14) checks that
+    only when the transition's own result lands: the node function finishing later does not
+    check again, so the transition never runs. The span shows the caller's wait and its end."""
+    both = [("go_to_booking", {"card": SECRET_WORDS}), ("lookup_slow", {})]
+    start = node("greeting", functions=[edge("go_to_booking", booking), _slow_lookup(0.2)])
+    run = await pf.run_flow(
+        start,
+        ["Hello", both, "Your balance is 12."],
+        [pf.user_says(SECRET_WORDS)],
+        until=lambda fm: not fm._llm.replies,
+    )
+    assert run.final_node == "greeting"  # Flows' own behaviour, with or without us
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    assert a[sc.OUTCOME] == sc.OUTCOME_SKIPPED and a[sc.TRIGGER] == sc.TRIGGER_TOOL
+    wait = children(flows, handoff)[sc.SPAN_FUNCTION_CALL_WAIT]
+    assert a[sc.FUNCTION_CALL_WAIT_DURATION] >= 0.1  # at least most of the other call's 0.2 s
+    assert wait.end_time == handoff.end_time  # it waited until the conversation ended
+    # a wait, not a phase: the duration (the phases) and the wait fit in the span side by side
+    assert a[sc.DURATION] + a[sc.FUNCTION_CALL_WAIT_DURATION] <= (handoff.end_time - handoff.start_time) / 1e9
+
+
+def _slow_lookup(delay: float) -> FlowsFunctionSchema:
+    async def handler(args: dict[str, Any], flow_manager: FlowManager) -> Any:
+        await asyncio.sleep(delay)
+        return {"balance": 12}
+
+    return FlowsFunctionSchema(
+        name="lookup_slow", description="lookup", properties={}, required=[], handler=handler
+    )
+
+
+async def test_transition_without_a_wait_has_no_wait_span(flows: Spans) -> None:
+    await tool_transition()
+    (handoff,) = handoffs(flows)
+    assert sc.SPAN_FUNCTION_CALL_WAIT not in children(flows, handoff)
+    assert sc.FUNCTION_CALL_WAIT_DURATION not in handoff.attributes
+
+
+async def test_set_node_from_config_from_code(flows: Spans) -> None:
+    async def move(flow_manager: FlowManager, worker: Any) -> None:
+        await flow_manager.set_node_from_config(booking())
+
+    run = await pf.run_flow(
+        greeting(), ["Hello", "Booked."], [move], until=lambda fm: fm.current_node == "booking"
+    )
+    assert run.final_node == "booking"
+    (handoff,) = handoffs(flows)
+    a = check(handoff)
+    assert a[sc.TRIGGER] == sc.TRIGGER_API and sc.GEN_AI_TOOL_NAME not in a
+    assert sc.SPAN_HANDLER not in children(flows, handoff)
+
+
+async def test_a_handler_that_raises_is_no_transition(flows: Spans) -> None:
+    """Flows turns the handler's exception into an error result: the node stays, no handoff."""
+    run = await pf.run_flow(
+        node("greeting", functions=[edge("go_to_booking", booking, raises=True)]),
+        ["Hello", CALL, "Sorry, try again."],
+        [pf.user_says(SECRET_WORDS)],
+        until=lambda fm: True,
+    )
+    assert run.final_node == "greeting"
+    assert handoffs(flows) == []
+
+
+async def test_end_conversation_node(flows: Spans, open_spans: OpenSpans) -> None:
+    goodbye = lambda: node("goodbye", post_actions=[{"type": "end_conversation"}])  # noqa: E731
+    start = node("greeting", functions=[edge("go_to_goodbye", goodbye)])
+    run = await pf.run_flow(
+        start,
+        ["Hello", [("go_to_goodbye", {})], "Bye."],
+        [pf.user_says("bye")],
+        until=lambda fm: fm.current_node == "goodbye",
+    )
+    assert run.final_node == "goodbye"
+    (handoff,) = handoffs(flows)
+    assert check(handoff)[sc.GEN_AI_HANDOFF_TO_AGENT] == "goodbye"
+    assert children(flows, handoff)[sc.SPAN_POST_ACTIONS].attributes[sc.ACTIONS] == ("end_conversation",)
+    assert open_spans.ours() == []
+
+
+async def test_pipecat_tracing_on_puts_handoffs_in_the_turn(
+    flows: Spans, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry import trace
+
+    # Pipecat traces through the global provider: ours, for this test only
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)
+    await tool_transition(enable_tracing=True)
+    (handoff,) = handoffs(flows)
+    turn = flows.by_id(handoff.parent.span_id)
+    assert turn is not None and turn.name == "turn"
+    conversation = flows.by_id(turn.parent.span_id)
+    assert conversation is not None and conversation.name == "conversation"
+    assert flows.named(sc.SPAN_CHAT) == []  # Pipecat's trace is the parent: no root of ours
+    assert handoff.context.trace_id == conversation.context.trace_id
+
+
+async def test_two_transitions_count_up(flows: Spans) -> None:
+    back = lambda: node("greeting", functions=[])  # noqa: E731
+    target = lambda: node("booking", functions=[edge("back", back)])  # noqa: E731
+    await pf.run_flow(
+        greeting(target),
+        ["Hello", CALL, "Booked.", [("back", {})], "Hello again."],
+        [pf.user_says("book"), pf.user_says("go back")],
+        until=lambda fm: fm.current_node == "greeting" and fm._pending_transition is None,
+    )
+    found = handoffs(flows)
+    assert [(s.attributes[sc.GEN_AI_HANDOFF_FROM_AGENT], s.attributes[sc.SEQUENCE]) for s in found] == [
+        ("greeting", 1),
+        ("booking", 2),
+    ]
+
+
+async def test_frames_and_final_node_unchanged(provider: TracerProvider, spans: Spans) -> None:
+    plain = await tool_transition()
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await tool_transition()
+    finally:
+        instrumentor.uninstrument()
+    assert (traced.final_node, traced.frames) == (plain.final_node, plain.frames)
+    assert "TTSAudioRawFrame" in plain.frames and len(handoffs(spans)) == 1
+
+
+async def test_uninstrument_restores(provider: TracerProvider, spans: Spans) -> None:
+    from pipecat.flows import manager
+
+    names = ["_set_node", "_check_and_execute_transition", "_execute_actions", "_update_llm_context"]
+    originals = {name: vars(manager.FlowManager)[name] for name in names}
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    assert all(isinstance(vars(manager.FlowManager)[n], FunctionWrapper) for n in names)
+    instrumentor.uninstrument()
+    assert {n: vars(manager.FlowManager)[n] for n in names} == originals
+    await tool_transition()
+    assert handoffs(spans) == []
+
+
+async def test_metrics_by_phase(flows: Spans) -> None:
+    await tool_transition()
+    phases: set[str] = set()
+    counted = 0
+    for resource_metrics in METRIC_READER.get_metrics_data().resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                for point in metric.data.data_points:
+                    if point.attributes.get(sc.FRAMEWORK) != sc.FRAMEWORK_PIPECAT:
+                        continue
+                    if metric.name == sc.METRIC_COUNT:
+                        counted += point.value
+                    elif metric.name == sc.METRIC_PHASE_DURATION:
+                        phases.add(point.attributes[sc.PHASE])
+    assert counted == 1 and phases == {"handler", "context_update"}
+
+
+async def test_faults_in_our_code_never_reach_the_flow(
+    flows: Spans, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("renamed in a future Pipecat")
+
+    monkeypatch.setattr(_transition.FlowState, "emit", broken)
+    with caplog.at_level(logging.ERROR, logger="otel_handoff"):
+        run = await tool_transition()
+    assert run.final_node == "booking"
+    assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
