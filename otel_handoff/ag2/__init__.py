@@ -23,7 +23,6 @@ or model-written reasons.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 from collections.abc import Collection
 from typing import Any
@@ -33,7 +32,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor
+from ..core.instrumentor import HandoffInstrumentor, missing_wrap_points, resolve
 from ..core.metrics import HandoffMetrics
 from . import _features, _wrappers
 from ._chat import GroupChatTelemetry
@@ -116,35 +115,15 @@ def _network_wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
     ]
 
 
-def _resolve(module: str, name: str) -> tuple[Any, str]:
-    """(owner, attribute) of "Class.method" or "function" in ``module``."""
-    owner_name, _, attr = name.rpartition(".")
-    target: Any = importlib.import_module(module)
-    return (getattr(target, owner_name) if owner_name else target), attr
-
-
 def _current(module: str, name: str) -> Any:
-    owner, attr = _resolve(module, name)
+    owner, attr = resolve(module, name)
     return vars(owner)[attr]
-
-
-def _missing(points: list[tuple[str, str, Any]]) -> list[str]:
-    """Wrap points this release does not have: then none of them is wrapped (all or nothing)."""
-    missing = []
-    for module, name, _ in points:
-        try:
-            owner, attr = _resolve(module, name)
-            if not callable(getattr(owner, attr, None)):
-                missing.append(f"{module}.{name}")
-        except (ImportError, AttributeError):
-            missing.append(f"{module}.{name}")
-    return missing
 
 
 def _wrap_all(points: list[tuple[str, str, Any]]) -> list[tuple[str, str, bool]]:
     wrapped: list[tuple[str, str, bool]] = []
     for module, name, wrapper in points:
-        owner, attr = _resolve(module, name)
+        owner, attr = resolve(module, name)
         own = attr in vars(owner)
         wrap_function_wrapper(module, name, wrapper)
         wrapped.append((module, name, own))
@@ -186,7 +165,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
             static_attributes=self.static_attributes(sc.FRAMEWORK_AG2, features.version),
         )
         points = _wrap_points(telemetry)
-        missing = _missing(points)
+        missing = missing_wrap_points(points)
         if missing:
             _LOG.error(
                 "otel-handoff: autogen %s lacks %s; its group chats are not traced. "
@@ -223,7 +202,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
             tracer, metrics, self.static_attributes(sc.FRAMEWORK_AG2, version)
         )
         points = _network_wrap_points(telemetry)
-        missing = _missing(points)
+        missing = missing_wrap_points(points)
         if missing:
             _LOG.error(
                 "otel-handoff: ag2 %s lacks %s; its workflow channels are not traced. "
@@ -252,7 +231,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
         if cls._network is not None:
             cls._network.detach_all()  # listeners off every hub opened while instrumented
         for module, name, own in cls._wrapped:
-            owner, attr = _resolve(module, name)
+            owner, attr = resolve(module, name)
             if own:
                 unwrap(owner, attr)
             else:

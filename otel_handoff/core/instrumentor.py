@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from opentelemetry import trace
@@ -47,3 +48,23 @@ class HandoffInstrumentor(BaseInstrumentor):
             sc.FRAMEWORK: framework,
             sc.FRAMEWORK_VERSION: version,
         }
+
+
+def resolve(module: str, name: str) -> tuple[Any, str]:
+    """(owner, attribute) of "Class.method" or "function" in ``module``."""
+    owner_name, _, attr = name.rpartition(".")
+    target: Any = importlib.import_module(module)
+    return (getattr(target, owner_name) if owner_name else target), attr
+
+
+def missing_wrap_points(points: list[tuple[str, str, Any]]) -> list[str]:
+    """Wrap points this release does not have: then none of them is wrapped (all or nothing)."""
+    missing = []
+    for module, name, _ in points:
+        try:
+            owner, attr = resolve(module, name)
+            if not callable(getattr(owner, attr, None)):
+                missing.append(f"{module}.{name}")
+        except (ImportError, AttributeError):
+            missing.append(f"{module}.{name}")
+    return missing

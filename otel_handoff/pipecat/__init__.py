@@ -29,7 +29,7 @@ from packaging.version import Version
 from wrapt import wrap_function_wrapper
 
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor
+from ..core.instrumentor import HandoffInstrumentor, missing_wrap_points, resolve
 from .package import NEWEST_TESTED, TESTED, _instruments
 
 _LOG = logging.getLogger(__name__)
@@ -74,12 +74,6 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
     ]
 
 
-def _resolve(module: str, name: str) -> tuple[Any, str]:
-    owner_name, _, attr = name.rpartition(".")
-    target: Any = importlib.import_module(module)
-    return (getattr(target, owner_name) if owner_name else target), attr
-
-
 class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
     """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
 
@@ -100,14 +94,7 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = FlowsTelemetry(tracer, metrics, self.static_attributes(sc.FRAMEWORK_PIPECAT, installed))
         points = _wrap_points(telemetry)
-        missing = []
-        for module, name, _ in points:
-            try:
-                owner, attr = _resolve(module, name)
-                if attr not in vars(owner):
-                    missing.append(f"{module}.{name}")
-            except (ImportError, AttributeError):
-                missing.append(f"{module}.{name}")
+        missing = missing_wrap_points(points)
         if missing:
             _LOG.error(
                 "otel-handoff: pipecat-ai %s lacks %s; Flows transitions are not traced. "
@@ -137,6 +124,6 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             for state in list(telemetry.flows.values()):
                 state.finish(time.time_ns())
         for module, name in cls._wrapped:
-            unwrap(*_resolve(module, name))
+            unwrap(*resolve(module, name))
         cls._wrapped = ()
         cls._telemetry = None
