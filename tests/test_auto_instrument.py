@@ -163,7 +163,7 @@ def test_no_framework_installed_warns_once(
     _auto.start()  # a venv's lib64 symlink runs the .pth twice: still one line
     assert [r.getMessage() for r in caplog.records] == [
         "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT is set but no supported framework is installed; "
-        "pip install 'otel-handoff[livekit]' (or [ag2]). Nothing is traced."
+        "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat]). Nothing is traced."
     ]
 
 

@@ -35,8 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import otel_handoff
-from otel_handoff import _configure
-from otel_handoff.ag2 import AG2HandoffInstrumentor
+from otel_handoff import _auto, _configure
 from otel_handoff.cli.offline.livekit import ScriptedLLM
 from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
@@ -52,7 +51,8 @@ def _reset_globals() -> None:
         configured.tracer_provider.shutdown()
         if isinstance(configured.meter_provider, MeterProvider):
             configured.meter_provider.shutdown()
-    for instrumentor in (LiveKitHandoffInstrumentor(), AG2HandoffInstrumentor()):
+    for framework in _auto.FRAMEWORKS:  # configure() instruments every installed framework
+        instrumentor = _auto.instrumentor_class(framework)()
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
     _configure._configured = None
