@@ -86,7 +86,7 @@ async def tool_transition(
         greeting(target),
         replies or ["Hello, how can I help?", CALL, "Booked."],
         [pf.user_says(SECRET_WORDS)],
-        until=lambda fm: fm.current_node == at,
+        until=lambda fm: fm.current_node == at and not fm._llm.replies,  # the new node answered
         **options,
     )
 

@@ -71,6 +71,7 @@ class ScriptedLLM(LLMService):
             )
         )
         self.replies = list(replies)
+        self.responses = 0  # answers pushed (each ends with an LLMFullResponseEndFrame)
         self.summary_delay = summary_delay
         self.summary = summary
 
@@ -79,6 +80,7 @@ class ScriptedLLM(LLMService):
         if isinstance(frame, LLMContextFrame):
             await self.push_frame(LLMFullResponseStartFrame())
             await self._answer(frame.context)
+            self.responses += 1
             await self.push_frame(LLMFullResponseEndFrame())
         else:
             await self.push_frame(frame, direction)
@@ -224,7 +226,7 @@ async def run_flow(
                 if loop.time() > deadline:
                     raise TimeoutError(f"the flow did not reach its end (at {flow_manager.current_node})")
                 await asyncio.sleep(0.005)
-            await _quiet(output)
+            await _quiet(output, llm)
         finally:
             run.final_node = flow_manager.current_node
             await worker.queue_frame(EndFrame())  # always: a raising driver otherwise hangs the runner
@@ -250,11 +252,15 @@ async def node_reached(flow_manager: FlowManager, name: str) -> None:
         await asyncio.sleep(0.005)
 
 
-async def _quiet(output: SpeakerOutput) -> None:
-    """Until the bot is not speaking (every BotStarted has its BotStopped)."""
+async def _quiet(output: SpeakerOutput, llm: ScriptedLLM | None = None) -> None:
+    """Until every answer the model gave has reached the output and the bot is not speaking."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + RUN_TIMEOUT
-    while output.seen.count("TTSStartedFrame") != output.seen.count("TTSStoppedFrame"):
+    answered = llm.responses if llm is not None else 0
+    while (
+        output.seen.count("TTSStartedFrame") != output.seen.count("TTSStoppedFrame")
+        or output.seen.count("LLMFullResponseEndFrame") < answered
+    ):
         if loop.time() > deadline:
             raise TimeoutError("the bot never stopped speaking")
         await asyncio.sleep(0.005)
