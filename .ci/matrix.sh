@@ -24,7 +24,7 @@ else
     "livekit-agents|$PY311"
     "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
-    "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
+    "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
   )
 fi
 

@@ -328,7 +328,11 @@ async def test_frames_and_final_node_unchanged(provider: TracerProvider, spans: 
         traced = await tool_transition()
     finally:
         instrumentor.uninstrument()
-    assert (traced.final_node, traced.frames) == (plain.final_node, plain.frames)
+    assert (traced.final_node, traced.frames, traced.unordered_frames) == (
+        plain.final_node,
+        plain.frames,
+        plain.unordered_frames,
+    )
     assert "TTSAudioRawFrame" in plain.frames and len(handoffs(spans)) == 1
 
 

