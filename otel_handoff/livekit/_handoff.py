@@ -1,10 +1,12 @@
-"""One LiveKit handoff in flight: its span, its phase timings, and how they become spans.
+"""One LiveKit handoff in flight: its timings while it runs, its spans once it is over.
 
 A handoff is traced without ever making our spans current: LiveKit replaces the current
 OTel context inside ``_update_activity`` and user code must see the same current span as
-without instrumentation. The handoff travels in a ``ContextVar`` instead, and every child
-span is parented explicitly. Child spans are emitted when their phase is over, with
-explicit start and end times, so a cancelled or failed phase never leaves one open.
+without instrumentation. The handoff travels in a ``ContextVar`` instead. While it runs, the
+wrappers only take timestamps; when it ends, its span and every child are made back to back
+with their real start and end times (a span made in the middle of the framework's work costs
+about 1.6 times as much), so a cancelled or failed phase never leaves one open. The new
+agent's ``on_enter`` span follows when on_enter ends, if that is later.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode
 
 from ..core import schema as sc
-from ..core.faults import guard
+from ..core.faults import report
 
 # the handoff whose `_update_activity` runs in this task
 CURRENT_HANDOFF: ContextVar[LiveKitHandoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
@@ -73,23 +75,33 @@ class Reuse(NamedTuple):
 NOT_REUSED = Reuse()
 
 
-@dataclass
-class PhaseMark:
+class PhaseMark(NamedTuple):
+    """A phase of this handoff that began: what its end needs."""
+
     phase: str
     start_ns: int
     lock_wait_before_ns: int
     reused: Reuse = NOT_REUSED
 
 
+# a child span to make: (name, start ns, end ns, attributes, error)
+Child = tuple[str, int, int, "dict[str, Any] | None", "BaseException | None"]
+
+
 class LiveKitHandoff:
     """State of one handoff, from its request to the new activity's start or resume."""
 
     __slots__ = (
+        "_children",
+        "_error",
+        "_links",
         "_old_activity",
+        "_on_enter_seconds",
         "_parent_context",
         "_phase_ns",
         "_request_context",
         "_session",
+        "_status",
         "_to_agent",
         "attributes",
         "ended",
@@ -102,7 +114,7 @@ class LiveKitHandoff:
         "realtime_blocked",
         "realtime_session",
         "reused",
-        "span",
+        "span_context",
         "start_ns",
         "started_phases",
         "stt_blocked",
@@ -142,6 +154,12 @@ class LiveKitHandoff:
         self.realtime_blocked: list[str] | None = None
         self.realtime_session: weakref.ref[Any] | None = None  # reused: its updates are timed
         self._request_context = parent
+        self._children: list[Child] = []  # made with the handoff's span, once it ends
+        self._error: BaseException | None = None
+        self._status: str | None = None  # an ERROR status without an exception
+        self._on_enter_seconds: float | None = None  # on_enter done before the handoff ended
+        self._parent_context: otel_context.Context | None = None  # the span, once made
+        self.span_context: SpanContext | None = None
 
         attributes = dict(telemetry.static_attributes)
         attributes[sc.TRIGGER] = trigger
@@ -151,21 +169,12 @@ class LiveKitHandoff:
         if tool is not None:
             attributes[sc.GEN_AI_TOOL_NAME] = tool.name
             attributes[sc.GEN_AI_TOOL_CALL_ID] = tool.call_id
-        links = (
+        self._links = (
             [Link(tool.span_context)]
             if tool is not None and tool.span_context is not None and tool.span_context.is_valid
             else None
         )
-        self.attributes = attributes  # kept for the metrics recorded at the end
-        self.span = telemetry.tracer.start_span(
-            sc.SPAN_HANDOFF,
-            context=parent,
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            links=links,
-            start_time=self.start_ns,
-        )
-        self._parent_context = trace.set_span_in_context(self.span)
+        self.attributes = attributes  # the span's, completed at the end; the metrics pick from it
 
     # --- the session ---------------------------------------------------------------
     def is_for(self, session: Any) -> bool:
@@ -186,12 +195,12 @@ class LiveKitHandoff:
         if self.queued:
             now = time.time_ns()
             self.queue_wait_ns = now - self.start_ns
-            self._emit_child(sc.SPAN_QUEUE_WAIT, self.start_ns, now)
+            self._children.append((sc.SPAN_QUEUE_WAIT, self.start_ns, now, None, None))
 
     # --- waits and phases ----------------------------------------------------------
     def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
         self.lock_wait_ns += end_ns - start_ns
-        self._emit_child(sc.SPAN_LOCK_WAIT, start_ns, end_ns, {sc.LOCK: lock})
+        self._children.append((sc.SPAN_LOCK_WAIT, start_ns, end_ns, {sc.LOCK: lock}, None))
 
     def begin_phase(self, phase: str, activity: Any, reuse_resources: Any = None) -> PhaseMark | None:
         """Start timing ``phase`` if it belongs to this handoff, else return None.
@@ -202,7 +211,7 @@ class LiveKitHandoff:
         """
         if self.ended or phase in self.started_phases:
             return None
-        if phase in (sc.CLOSE,):
+        if phase == sc.CLOSE:
             if self._old_activity is None or self._old_activity() is not activity:
                 return None
         elif phase in (sc.START, sc.RESUME):
@@ -214,25 +223,25 @@ class LiveKitHandoff:
             self._old_activity = weakref.ref(activity)
             self.from_agent = (activity.agent.label, agent_id(activity.agent))
         self.started_phases.add(phase)
-        mark = PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
-        if reuse_resources is not None:
-            # snapshot now: `_start_session` clears the fields as ownership moves
-            mark.reused = Reuse(
-                stt=getattr(reuse_resources, "stt_pipeline", None) is not None,
-                realtime_session=getattr(reuse_resources, "rt_session", None) is not None,
-                turn_detector=getattr(reuse_resources, "turn_detector_stream", None) is not None,
-            )
-        return mark
+        if reuse_resources is None:
+            return PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
+        # snapshot now: `_start_session` clears the fields as ownership moves
+        reused = Reuse(
+            stt=getattr(reuse_resources, "stt_pipeline", None) is not None,
+            realtime_session=getattr(reuse_resources, "rt_session", None) is not None,
+            turn_detector=getattr(reuse_resources, "turn_detector_stream", None) is not None,
+        )
+        return PhaseMark(phase, time.time_ns(), self.lock_wait_ns, reused)
 
     def end_phase(self, mark: PhaseMark, error: BaseException | None) -> None:
         end_ns = time.time_ns()
-        waited = self.lock_wait_ns - mark.lock_wait_before_ns
-        self._phase_ns[mark.phase] = max(0, end_ns - mark.start_ns - waited)
-        span_name = sc.PHASES[mark.phase][0]
+        phase, start_ns, waited_before, reused = mark
+        waited = self.lock_wait_ns - waited_before
+        self._phase_ns[phase] = max(0, end_ns - start_ns - waited)
         # the activity lock is the first thing each phase takes: its wait precedes the work
-        self._emit_child(span_name, min(end_ns, mark.start_ns + waited), end_ns, error=error)
-        if error is None and mark.phase in (sc.START, sc.RESUME):
-            self.reused = mark.reused
+        self._children.append((sc.PHASES[phase][0], min(end_ns, start_ns + waited), end_ns, None, error))
+        if error is None and phase in (sc.START, sc.RESUME):
+            self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
 
     # --- around the new activity ---------------------------------------------------------
@@ -245,7 +254,7 @@ class LiveKitHandoff:
         if error is not None:
             timed_out = isinstance(error, TimeoutError) or "timed out" in str(error)
             attributes[sc.ERROR_TYPE] = "timeout" if timed_out else type(error).__qualname__
-        self._emit_child(sc.SPAN_REALTIME_UPDATE, start_ns, end_ns, attributes, error=error)
+        self._children.append((sc.SPAN_REALTIME_UPDATE, start_ns, end_ns, attributes, error))
 
     def record_reconnect(self, resource: str, acquire_seconds: float, end_ns: int) -> None:
         """A replacement connection the handoff caused, timed by the framework's acquire_time."""
@@ -253,7 +262,7 @@ class LiveKitHandoff:
         span = self.telemetry.tracer.start_span(
             sc.SPAN_RECONNECT,
             context=self._request_context,
-            links=[Link(self.span.get_span_context())],
+            links=self._link_to_handoff(),
             attributes={sc.RECONNECT_RESOURCE: resource, sc.RECONNECT_DURATION: acquire_seconds},
             start_time=start_ns,
         )
@@ -265,7 +274,7 @@ class LiveKitHandoff:
         span = self.telemetry.tracer.start_span(
             sc.SPAN_FIRST_SPEECH,
             context=self._request_context,
-            links=[Link(self.span.get_span_context())],
+            links=self._link_to_handoff(),
             attributes={sc.FIRST_SPEECH_DELAY: delay},
             start_time=self.start_ns,
         )
@@ -273,6 +282,9 @@ class LiveKitHandoff:
         self.telemetry.metrics.record_phase(
             sc.PHASE_FIRST_SPEECH, delay, self.attributes, self._parent_context
         )
+
+    def _link_to_handoff(self) -> list[Link] | None:
+        return [Link(self.span_context)] if self.span_context is not None else None
 
     # --- on_enter --------------------------------------------------------------------
     async def run_on_enter(self, coro: Any) -> Any:
@@ -285,13 +297,23 @@ class LiveKitHandoff:
             error = exc
             raise
         finally:
-            guard("on_enter", self._record_on_enter, start_ns, error)
+            try:
+                self._record_on_enter(start_ns, error)
+            except Exception as fault:
+                report("on_enter", fault)
 
     def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
         end_ns = time.time_ns()
         seconds = (end_ns - start_ns) / 1e9
-        self._emit_child(sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error=error)
-        if not isinstance(error, asyncio.CancelledError):  # cut short: not an on_enter duration
+        child: Child = (sc.SPAN_ON_ENTER, start_ns, end_ns, {sc.ON_ENTER_DURATION: seconds}, error)
+        cut_short = isinstance(error, asyncio.CancelledError)  # not an on_enter duration
+        if self._parent_context is None:  # the handoff is still running: made with its span
+            self._children.append(child)
+            if not cut_short:
+                self._on_enter_seconds = seconds
+            return
+        self._emit_child(*child)
+        if not cut_short:
             self.telemetry.metrics.record_phase(
                 sc.PHASE_ON_ENTER, seconds, self.attributes, self._parent_context
             )
@@ -308,8 +330,8 @@ class LiveKitHandoff:
         """The framework refused this handoff (e.g. an Agent returned after `ctx.update()`)."""
         if from_agent is not None:
             self.from_agent = (from_agent.label, agent_id(from_agent))
-        self.span.set_attribute(sc.REJECTION_REASON, reason)
-        self.span.set_status(Status(StatusCode.ERROR, reason))
+        self.attributes[sc.REJECTION_REASON] = reason
+        self._status = reason
         self.end(sc.OUTCOME_REJECTED)
 
     def fail(self, error: BaseException) -> None:
@@ -318,60 +340,85 @@ class LiveKitHandoff:
         session = self._session()
         if isinstance(error, asyncio.CancelledError):
             closing = bool(session is not None and getattr(session, "_closing", False))
-            self.span.set_status(Status(StatusCode.ERROR, "handoff cancelled"))
+            self._status = "handoff cancelled"
             self.end(sc.OUTCOME_SKIPPED if closing else sc.OUTCOME_ERROR)
             return
-        record_error(self.span, error)
+        self._error = error
         self.end(sc.OUTCOME_ERROR)
 
     def end(self, outcome: str) -> None:
-        """Set the summary attributes and end the span; idempotent, and the span always ends."""
+        """Complete the attributes and make the spans; idempotent, and every span it starts ends."""
         if self.ended:
             return
         self.ended = True
+        end_ns = time.time_ns()
         try:
             self._summarize(outcome)
-        finally:
-            self.span.end()
+        except Exception as exc:  # the span is still made, with what is known
+            report("handoff summary", exc)
+        self._emit(end_ns)
         self._record_metrics()
         session = self._session()
         if outcome == sc.OUTCOME_COMPLETED and session is not None:
             self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
 
+    def _emit(self, end_ns: int) -> None:
+        """The handoff's span and its children, back to back, with the times taken on the way."""
+        span = self.telemetry.tracer.start_span(
+            sc.SPAN_HANDOFF,
+            context=self._request_context,
+            kind=SpanKind.INTERNAL,
+            attributes=self.attributes,
+            links=self._links,
+            start_time=self.start_ns,
+        )
+        try:
+            self.span_context = span.get_span_context()
+            self._parent_context = trace.set_span_in_context(span)
+            if self._error is not None:
+                record_error(span, self._error)
+            elif self._status is not None:
+                span.set_status(Status(StatusCode.ERROR, self._status))
+            for child in self._children:
+                self._emit_child(*child)
+            self._children = []
+        finally:
+            span.end(end_time=end_ns)
+
     def _summarize(self, outcome: str) -> None:
         phases = self._phase_ns
-        attributes: dict[str, Any] = {
-            sc.OUTCOME: outcome,
-            sc.PREVIOUS_ACTIVITY: self.previous_activity,
-            sc.NEW_ACTIVITY: self.new_activity,
-            sc.QUEUE_WAIT_DURATION: self.queue_wait_ns / 1e9,
-            sc.LOCK_WAIT_DURATION: self.lock_wait_ns / 1e9,
-            sc.DURATION: sum(phases.values()) / 1e9,
-        }
-        attributes[sc.STT_REUSED] = self.reused.stt
-        attributes[sc.REALTIME_SESSION_REUSED] = self.reused.realtime_session
-        attributes[sc.TURN_DETECTOR_REUSED] = self.reused.turn_detector
+        attributes = self.attributes
+        attributes[sc.OUTCOME] = outcome
+        attributes[sc.PREVIOUS_ACTIVITY] = self.previous_activity
+        attributes[sc.NEW_ACTIVITY] = self.new_activity
+        attributes[sc.QUEUE_WAIT_DURATION] = self.queue_wait_ns / 1e9
+        attributes[sc.LOCK_WAIT_DURATION] = self.lock_wait_ns / 1e9
+        attributes[sc.DURATION] = sum(phases.values()) / 1e9
+        stt, realtime_session, turn_detector = self.reused
+        attributes[sc.STT_REUSED] = stt
+        attributes[sc.REALTIME_SESSION_REUSED] = realtime_session
+        attributes[sc.TURN_DETECTOR_REUSED] = turn_detector
         from_label, from_id = self.from_agent or self._current_agent()
         attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = from_label
         attributes[sc.FROM_AGENT_ID] = from_id
-        attributes.update(self._reuse_blockers())
         leaving = sc.DRAIN if self.previous_activity == sc.CLOSE else sc.PAUSE
         entering = sc.START if self.new_activity == sc.START else sc.RESUME
         attributes[sc.PHASES[leaving][1]] = phases.get(leaving, 0) / 1e9
         if self.previous_activity == sc.CLOSE:
             attributes[sc.CLOSE_DURATION] = phases.get(sc.CLOSE, 0) / 1e9
         attributes[sc.PHASES[entering][1]] = phases.get(entering, 0) / 1e9
-        self.span.set_attributes(attributes)
-        self.attributes.update(attributes)
+        attributes.update(self._reuse_blockers())
 
     def _record_metrics(self) -> None:
         metrics, attributes, handoff = self.telemetry.metrics, self.attributes, self._parent_context
-        metrics.record_handoff(attributes[sc.DURATION], attributes, handoff)
+        metrics.record_handoff(attributes.get(sc.DURATION, 0.0), attributes, handoff)
         phases = [(phase, nanoseconds / 1e9) for phase, nanoseconds in self._phase_ns.items()]
         if self.queued:
             phases.append((sc.PHASE_QUEUE_WAIT, self.queue_wait_ns / 1e9))
         if self.lock_wait_ns:
             phases.append((sc.PHASE_LOCK_WAIT, self.lock_wait_ns / 1e9))
+        if self._on_enter_seconds is not None:
+            phases.append((sc.PHASE_ON_ENTER, self._on_enter_seconds))
         metrics.record_phases(phases, attributes, handoff)
 
     def _reuse_blockers(self) -> dict[str, list[str]]:

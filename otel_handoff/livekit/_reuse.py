@@ -7,36 +7,46 @@ of them rather than stopping at the first, so a user sees every reason at once.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..core import schema as sc
 from ._features import LiveKitFeatures
 
 
-def stt_blockers(old: Any, new: Any, features: LiveKitFeatures) -> list[str]:
-    from livekit.agents import Agent
+@functools.cache
+def _default_stt_node() -> Any:
+    from livekit.agents import Agent  # on first use: importing us must not import livekit
 
+    return Agent.stt_node
+
+
+def stt_blockers(old: Any, new: Any, features: LiveKitFeatures) -> list[str]:
     reasons = []
     if not old._audio_recognition:
         reasons.append(sc.BLOCKED_NO_AUDIO_INPUT)
-    if old.stt is None:
+    old_stt = old.stt  # a property that resolves the model: read once
+    if old_stt is None:
         reasons.append(sc.BLOCKED_NO_STT)
     old_node, new_node = type(old.agent).stt_node, type(new.agent).stt_node
     if features.stt_reuse_needs_default_node:
-        custom_node = old_node is not Agent.stt_node or new_node is not Agent.stt_node
+        default = _default_stt_node()
+        custom_node = old_node is not default or new_node is not default
     else:  # 1.5.3 to 1.5.x: both agents only had to share the same stt_node
         custom_node = old_node is not new_node
     if custom_node:
         reasons.append(sc.BLOCKED_STT_NODE)
-    if old.stt is not None and old.stt is not new.stt:
+    if old_stt is not None and old_stt is not new.stt:
         reasons.append(sc.BLOCKED_STT_INSTANCE)
     return reasons
 
 
 def realtime_blockers(old: Any, new: Any, features: LiveKitFeatures) -> list[str]:
+    if old._rt_session is None:
+        return [sc.BLOCKED_NO_REALTIME_SESSION]
     from livekit.agents import llm
 
-    if old._rt_session is None or not isinstance(old.llm, llm.RealtimeModel):
+    if not isinstance(old.llm, llm.RealtimeModel):
         return [sc.BLOCKED_NO_REALTIME_SESSION]
     if old.llm is not new.llm:
         return [sc.BLOCKED_MODEL]

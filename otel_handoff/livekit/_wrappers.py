@@ -13,7 +13,7 @@ import inspect
 import logging
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +23,7 @@ from opentelemetry import trace
 from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
-from ..core.faults import guard
+from ..core.faults import guard, report
 from ..core.metrics import HandoffMetrics
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
@@ -71,18 +71,24 @@ class LiveKitTelemetry:
 class TimedLock(asyncio.Lock):
     """An ``asyncio.Lock`` that reports how long a handoff waited for it.
 
-    Swapped in for the session's and activities' locks at construction; with no handoff
-    in the current task (or after ``uninstrument()``) it is a plain lock.
+    Swapped in for the session's and activities' locks at construction. A free lock (nearly
+    every acquire) is handed straight to ``asyncio.Lock.acquire``; only a contended one, in a
+    handoff's task, is timed. With no handoff (or after ``uninstrument()``) it is a plain lock.
     """
 
     def __init__(self, kind: str) -> None:
         super().__init__()
         self._otel_handoff_kind = kind
 
-    async def acquire(self) -> bool:
+    def acquire(self) -> Coroutine[Any, Any, bool]:
+        if not (self.locked() or self._waiters):
+            return super().acquire()
         handoff = CURRENT_HANDOFF.get()
-        if handoff is None or handoff.ended or not (self.locked() or self._waiters):
-            return await super().acquire()
+        if handoff is None or handoff.ended:
+            return super().acquire()
+        return self._timed_acquire(handoff)
+
+    async def _timed_acquire(self, handoff: LiveKitHandoff) -> bool:
         start_ns = time.time_ns()
         try:
             return await super().acquire()
@@ -132,7 +138,11 @@ def wrap_update_agent(
     telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     """`update_agent()` is where a tool's or the app's handoff is requested: start timing here."""
-    handoff = guard("update_agent", _request_handoff, telemetry, instance, args, kwargs)
+    try:
+        handoff = _request_handoff(telemetry, instance, args, kwargs)
+    except Exception as exc:
+        report("update_agent", exc)
+        handoff = None
     if handoff is None:
         return wrapped(*args, **kwargs)
     token = PENDING_HANDOFF.set(handoff)
@@ -205,25 +215,32 @@ def _watch_handoff_task(session: Any, handoff: LiveKitHandoff) -> None:
     if task is None or task.done():
         handoff.end(sc.OUTCOME_SKIPPED)
         return
-    task.add_done_callback(lambda t: guard("handoff task", _end_with_task, handoff, t))
+    task.add_done_callback(functools.partial(_end_with_task, handoff))
 
 
 def _end_with_task(handoff: LiveKitHandoff, task: asyncio.Task[Any]) -> None:
     if handoff.ended:
         return
-    if task.cancelled():
-        handoff.fail(asyncio.CancelledError())
-    elif (error := task.exception()) is not None:
-        handoff.fail(error)
-    else:
-        handoff.end(sc.OUTCOME_SKIPPED)
+    try:
+        if task.cancelled():
+            handoff.fail(asyncio.CancelledError())
+        elif (error := task.exception()) is not None:
+            handoff.fail(error)
+        else:
+            handoff.end(sc.OUTCOME_SKIPPED)
+    except Exception as exc:
+        report("handoff task", exc)
 
 
 # --- the handoff itself -----------------------------------------------------------------------
 async def wrap_update_activity(
     telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
-    handoff = guard("_update_activity", _begin_update_activity, telemetry, instance, args, kwargs)
+    try:
+        handoff = _begin_update_activity(telemetry, instance, args, kwargs)
+    except Exception as exc:
+        report("_update_activity", exc)
+        handoff = None
     if handoff is None:
         return await wrapped(*args, **kwargs)
     token = CURRENT_HANDOFF.set(handoff)
@@ -270,20 +287,27 @@ async def run_phase(
 ) -> Any:
     """Wrapper of AgentActivity.drain/pause/aclose/start/resume: time the phase of a handoff."""
     handoff = CURRENT_HANDOFF.get()
-    mark = None
-    if handoff is not None:
-        reuse = kwargs.get("reuse_resources")
-        mark = guard(phase, handoff.begin_phase, phase, instance, reuse)
-        if mark is not None and getattr(reuse, "rt_session", None) is not None:
-            guard("realtime updates", _watch_realtime_updates, telemetry, handoff, reuse.rt_session)
+    if handoff is None:
+        return await wrapped(*args, **kwargs)
+    reuse = kwargs.get("reuse_resources")
+    try:
+        mark = handoff.begin_phase(phase, instance, reuse)
+    except Exception as exc:
+        report(phase, exc)
+        mark = None
     if mark is None:
         return await wrapped(*args, **kwargs)
+    if getattr(reuse, "rt_session", None) is not None:
+        guard("realtime updates", _watch_realtime_updates, telemetry, handoff, reuse.rt_session)
     try:
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         guard(phase, handoff.end_phase, mark, exc)
         raise
-    guard(phase, handoff.end_phase, mark, None)
+    try:
+        handoff.end_phase(mark, None)
+    except Exception as exc:
+        report(phase, exc)
     if phase in (sc.START, sc.RESUME) and telemetry.features.connection_metrics:
         guard("reconnect", _watch_reconnects, telemetry, handoff, instance)
     return result
@@ -396,8 +420,10 @@ def _watch_reconnects(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, acti
     rt_session = getattr(activity, "_rt_session", None)
     if not realtime_reused and rt_session is not None:
         _claim_or_watch(telemetry, handoff, rt_session, sc.RESOURCE_REALTIME_SESSION)
-    stt = activity.stt  # a property that resolves the model: read once
-    if not stt_reused and stt is not None and getattr(activity, "_audio_recognition", None):
+    if stt_reused or not getattr(activity, "_audio_recognition", None):
+        return
+    stt = activity.stt  # a property that resolves the model: read once, only with audio
+    if stt is not None:
         _claim_or_watch(telemetry, handoff, stt, sc.RESOURCE_STT)
 
 
