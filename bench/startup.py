@@ -62,9 +62,11 @@ def _own_entries(site: Path) -> set[str]:
 
 def find_pth(repo: Path) -> Path | None:
     """The auto-instrument ``.pth`` the repository ships, if it has one yet."""
-    skip = {".git", ".venv", "build", "dist", "__pycache__", "node_modules"}
+    skip = {"build", "dist", "__pycache__", "node_modules"}
     for path in sorted(repo.rglob("*.pth")):
-        if not skip.intersection(path.relative_to(repo).parts):
+        parts = path.relative_to(repo).parts[:-1]
+        # not in a virtual environment (.venv, CI's .matrix cells, ...) nor a build directory
+        if not skip.intersection(parts) and not any(part.startswith(".") for part in parts):
             return path
     return None
 
@@ -152,7 +154,8 @@ def measure(runs: int, repo: Path, pth: Path | None = None) -> dict[str, Any]:
     # the development install exactly as it is (editable hook, start-up hook, dist-info); a wheel
     # install has none of the editable hook, and then there is no `editable` case to measure
     editable = [site / n for n in sorted(_own_entries(site)) if n != PACKAGE]
-    is_editable = any(p.name.startswith("__editable__") for p in editable)
+    # setuptools names its hook `__editable__.*.pth` or `_editable_impl_*.pth` (by release)
+    is_editable = any("editable" in p.name for p in editable)
     pth = pth or find_pth(repo)
 
     cases = [

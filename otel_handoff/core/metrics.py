@@ -37,9 +37,16 @@ class HandoffMetrics:
         self._count = meter.create_counter(
             sc.METRIC_COUNT, unit="{handoff}", description="Handoffs, by outcome."
         )
+        # metrics turned off (a NoOp meter provider): a handoff does not even pick attributes
+        self.enabled = not all(
+            isinstance(instrument, (metrics.NoOpHistogram, metrics.NoOpCounter))
+            for instrument in (self._duration, self._phase, self._count)
+        )
 
     def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any], handoff: Context) -> None:
         """``handoff``: a context holding the handoff span, so exemplars link to that span."""
+        if not self.enabled:
+            return
         attributes = _pick(span_attributes, sc.METRIC_ATTRIBUTES)
         self._duration.record(seconds, attributes, context=handoff)
         self._count.add(1, attributes, context=handoff)
@@ -53,6 +60,8 @@ class HandoffMetrics:
         self, phases: Iterable[tuple[str, float]], span_attributes: Mapping[str, Any], handoff: Context
     ) -> None:
         """Several phases of one handoff: its attributes are picked once."""
+        if not self.enabled:
+            return
         common = _pick(span_attributes, sc.PHASE_METRIC_ATTRIBUTES)
         for phase, seconds in phases:
             self._phase.record(seconds, {**common, sc.PHASE: phase}, context=handoff)

@@ -411,6 +411,8 @@ class LiveKitHandoff:
 
     def _record_metrics(self) -> None:
         metrics, attributes, handoff = self.telemetry.metrics, self.attributes, self._parent_context
+        if not metrics.enabled:
+            return
         metrics.record_handoff(attributes.get(sc.DURATION, 0.0), attributes, handoff)
         phases = [(phase, nanoseconds / 1e9) for phase, nanoseconds in self._phase_ns.items()]
         if self.queued:
