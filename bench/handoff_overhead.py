@@ -447,6 +447,18 @@ async def count_opcodes(bench: Bench, variant: Variant, n: int) -> dict[str, Any
 
         return trace_opcode
 
+    if variant.floor == "bare":  # the floor's spans alone, as the floor loop emits them
+        assert bench.floor is not None
+        bench.reset()
+        tracer = bench.provider(variant).get_tracer("otel_handoff.bench.floor")
+        bench.floor.emit(tracer)
+        sys.settrace(trace_call)
+        try:
+            for _ in range(n):
+                bench.floor.emit(tracer)
+        finally:
+            sys.settrace(None)
+        return _work(opcodes, calls, n)
     bench.configure(variant)
     session = AgentSession(llm=ScriptedLLM())
     await session.start(agent=Ping())
@@ -464,6 +476,10 @@ async def count_opcodes(bench: Bench, variant: Variant, n: int) -> dict[str, Any
     finally:
         await session.aclose()
         bench.reset()
+    return _work(opcodes, calls, n)
+
+
+def _work(opcodes: collections.Counter[str], calls: collections.Counter[str], n: int) -> dict[str, Any]:
     return {
         "opcodes": sum(opcodes.values()) / n,
         "calls": sum(calls.values()) / n,
@@ -647,7 +663,8 @@ async def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[
     finally:
         tracemalloc.stop()
     log(f"memory pass done ({time.perf_counter() - started:.0f} s)")
-    work = {k: await count_opcodes(bench, BY_KEY[k], args.opcode_handoffs) for k in ("A", "C0", "C", "CM")}
+    counted = ("A", "B", "C0", "C", "CM", "F")
+    work = {k: await count_opcodes(bench, BY_KEY[k], args.opcode_handoffs) for k in counted}
 
     variants = {v.key: {"label": v.label, **summarise(data[v.key])} for v in VARIANTS}
     point = comparisons(lambda k, m: variants[k][f"{m}_us_median"])
@@ -761,6 +778,19 @@ def profile(handoffs: int, out_dir: Path, log: Callable[[str], None]) -> dict[st
     }
 
 
+def work_ratios(work: dict[str, Any]) -> dict[str, float]:
+    """The goals' ratios in opcodes per handoff (empty when a variant was not counted)."""
+    if not {"A", "B", "C0", "C", "CM", "F"} <= work.keys():
+        return {}
+    op = {key: value["opcodes"] for key, value in work.items()}
+    return {
+        "C_minus_A_over_F": (op["C"] - op["A"]) / op["F"],
+        "C_minus_A_over_B_minus_A": (op["C"] - op["A"]) / (op["B"] - op["A"]),
+        "C0_minus_A": op["C0"] - op["A"],
+        "CM_minus_C": op["CM"] - op["C"],
+    }
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
@@ -859,11 +889,22 @@ def markdown(res: dict[str, Any]) -> str:
         ]
         for key, w in work.items():
             areas = w["by_area"]
+            added = "" if BY_KEY[key].floor else f"{w['opcodes'] - a['opcodes']:+.0f}"  # F: spans alone
             lines.append(
-                f"| {key} | {w['opcodes']:.0f} | {w['opcodes'] - a['opcodes']:+.0f} | {w['calls']:.0f} | "
+                f"| {key} | {w['opcodes']:.0f} | {added} | {w['calls']:.0f} | "
                 f"{areas.get('otel_handoff', {}).get('opcodes', 0):.0f} | "
                 f"{areas.get('opentelemetry', {}).get('opcodes', 0):.0f} |"
             )
+        ratios = work_ratios(work)
+        if ratios:
+            lines += [
+                "",
+                "The same comparisons in Python work, which no machine load moves: "
+                f"(C - A) / F = {ratios['C_minus_A_over_F']:.2f}, "
+                f"(C - A) / (B - A) = {ratios['C_minus_A_over_B_minus_A']:.2f}, "
+                f"C0 - A = {ratios['C0_minus_A']:+.0f} opcodes, CM - C = {ratios['CM_minus_C']:+.0f} opcodes "
+                "(the metrics, on the SDK's MeterProvider).",
+            ]
     st = res.get("startup")
     if st and st.get("skipped"):
         lines += ["", f"Start-up: not measured ({st['skipped']})."]

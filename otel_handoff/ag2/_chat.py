@@ -21,10 +21,11 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import SpanKind
 
 from ..core import schema as sc
 from ..core.metrics import HandoffMetrics
+from ..core.spans import ChatRoot, set_error
 from ._features import AG2Features
 
 
@@ -189,54 +190,6 @@ class ChatState:
         )
 
 
-class ChatRoot:
-    """The ``agent_handoff.chat`` root of one chat (or channel) that nobody else traces.
-
-    Started lazily, with the chat's own start time, when its first handoff needs a parent;
-    so a chat without handoffs leaves no span.
-    """
-
-    __slots__ = ("_context", "_parent", "_span", "_start_ns", "_static", "_tracer")
-
-    def __init__(
-        self,
-        tracer: trace.Tracer,
-        static_attributes: dict[str, Any],
-        start_ns: int,
-        parent: otel_context.Context | None,
-    ) -> None:
-        self._tracer = tracer
-        self._static = static_attributes
-        self._start_ns = start_ns
-        self._parent = parent
-        self._span: trace.Span | None = None
-        self._context: otel_context.Context | None = None
-
-    def context(self) -> otel_context.Context:
-        if self._context is None:
-            self._span = self._tracer.start_span(
-                sc.SPAN_CHAT,
-                context=self._parent,
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    sc.FRAMEWORK: self._static[sc.FRAMEWORK],
-                    sc.FRAMEWORK_VERSION: self._static[sc.FRAMEWORK_VERSION],
-                },
-                start_time=self._start_ns,
-            )
-            self._context = trace.set_span_in_context(self._span, self._parent)
-        return self._context
-
-    def end(self, handoffs: int, end_ns: int, error: BaseException | None = None) -> None:
-        span, self._span = self._span, None
-        if span is None:
-            return
-        span.set_attribute(sc.CHAT_HANDOFFS, handoffs)
-        if error is not None:
-            set_error(span, error)
-        span.end(end_time=end_ns)
-
-
 def emit_handoff(
     tracer: trace.Tracer,
     metrics: HandoffMetrics,
@@ -255,9 +208,3 @@ def emit_handoff(
         set_error(span, error)
     span.end(end_time=end_ns)
     metrics.record_handoff(attributes[sc.DURATION], attributes, trace.set_span_in_context(span))
-
-
-def set_error(span: trace.Span, error: BaseException) -> None:
-    """Error type only: exception messages may quote the conversation, which spans never carry."""
-    span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
-    span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))

@@ -45,8 +45,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from ..core import schema as sc
 from ..core.faults import guard
-from ..core.metrics import HandoffMetrics
-from ._chat import ChatRoot, emit_handoff
+from ..core.spans import ChatRoot, HandoffTelemetry
+from ._chat import emit_handoff
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
 _FOLDS_KEPT = 8  # per channel: folds noted but not yet confirmed as posted (replays overwrite)
@@ -71,13 +71,9 @@ class Decision:
 
 
 @dataclass
-class NetworkTelemetry:
+class NetworkTelemetry(HandoffTelemetry):
     """What the workflow-channel wrappers and listeners share, built once at ``instrument()``."""
 
-    tracer: trace.Tracer
-    metrics: HandoffMetrics
-    static_attributes: dict[str, Any]
-    enabled: bool = True
     channels: dict[str, ChannelTrack] = field(default_factory=dict)
     # per adapter (one per hub, so a closed hub's notes go with it): channel id -> envelope id ->
     # (fold time, folded state), decisions not yet confirmed as posted

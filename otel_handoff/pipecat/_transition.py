@@ -14,10 +14,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind
 
 from ..core import schema as sc
-from ..core.metrics import HandoffMetrics
+from ..core.spans import ChatRoot, HandoffTelemetry, set_error
 
 
 @dataclass
@@ -49,13 +49,9 @@ class Transition:
 
 
 @dataclass
-class FlowsTelemetry:
+class FlowsTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
-    tracer: trace.Tracer
-    metrics: HandoffMetrics
-    static_attributes: dict[str, Any]
-    enabled: bool = True
     flows: weakref.WeakKeyDictionary[Any, FlowState] = field(default_factory=weakref.WeakKeyDictionary)
 
     def state(self, flow_manager: Any) -> FlowState:
@@ -74,7 +70,6 @@ class FlowState:
         "handoffs",
         "pending",
         "root",
-        "root_context",
         "start_ns",
         "telemetry",
     )
@@ -85,8 +80,9 @@ class FlowState:
         self.handoffs = 0
         self.pending: Transition | None = None  # requested by a tool, not yet executing
         self.awaiting_speech: Transition | None = None  # set, until the bot speaks in the new node
-        self.root: trace.Span | None = None  # one trace per conversation when Pipecat traces nothing
-        self.root_context: otel_context.Context | None = None
+        # one trace per conversation when Pipecat traces nothing (an empty context: a new trace)
+        root_parent = otel_context.Context()
+        self.root = ChatRoot(telemetry.tracer, telemetry.static_attributes, self.start_ns, root_parent)
 
     def request(self, transition: Transition) -> None:
         """A handler asked for a transition; one still waiting was overridden by it."""
@@ -150,8 +146,7 @@ class FlowState:
         )
         try:
             if error is not None:
-                span.set_attribute(sc.ERROR_TYPE, type(error).__qualname__)
-                span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+                set_error(span, error)
             inside = trace.set_span_in_context(span)
             for name, phase in t.phases.items():
                 self._child(name, phase, inside, end_ns)
@@ -176,27 +171,11 @@ class FlowState:
             start_time=phase.start_ns,
         )
         if phase.error_type is not None:
-            child.set_attribute(sc.ERROR_TYPE, phase.error_type)
-            child.set_status(Status(StatusCode.ERROR, phase.error_type))
+            set_error(child, phase.error_type)
         child.end(end_time=phase.end_ns or fallback_end_ns)
 
     def _parent(self, t: Transition) -> otel_context.Context:
-        if t.parent is not None:
-            return t.parent
-        if self.root_context is None:
-            telemetry = self.telemetry
-            self.root = telemetry.tracer.start_span(
-                sc.SPAN_CHAT,
-                context=otel_context.Context(),
-                kind=SpanKind.INTERNAL,
-                attributes={
-                    sc.FRAMEWORK: telemetry.static_attributes[sc.FRAMEWORK],
-                    sc.FRAMEWORK_VERSION: telemetry.static_attributes[sc.FRAMEWORK_VERSION],
-                },
-                start_time=self.start_ns,
-            )
-            self.root_context = trace.set_span_in_context(self.root)
-        return self.root_context
+        return t.parent if t.parent is not None else self.root.context()
 
     def first_speech(self, now_ns: int) -> None:
         """The bot started speaking: the dead air of the last handoff ends here."""
@@ -218,8 +197,4 @@ class FlowState:
         """The conversation ended (or tracing stopped): nothing stays open or pending."""
         self.drop_pending(now_ns)
         self.awaiting_speech = None
-        root, self.root = self.root, None
-        if root is not None:
-            root.set_attribute(sc.CHAT_HANDOFFS, self.handoffs)
-            root.end(end_time=now_ns)
-        self.root_context = None
+        self.root.end(self.handoffs, now_ns)
