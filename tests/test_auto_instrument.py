@@ -192,3 +192,29 @@ def test_unmodified_ag2_workflow_app_exports_handoffs(rotel: Rotel, how: str) ->
     assert kinds == ["transition", "transition", "handoff", "max_turns"]
     assert {s["attributes"][sc.FRAMEWORK] for s in found} == {"ag2"}
     assert {s["resource"]["service.name"] for s in found} == {"auto-agent"}
+
+
+PIPECAT_APP = Path(__file__).parent / "scripts" / "offline_pipecat_flow.py"
+
+
+@pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
+def test_unmodified_pipecat_flows_app_exports_transitions(rotel: Rotel, how: str) -> None:
+    pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0")
+    command = [sys.executable, str(PIPECAT_APP)]
+    env = {"OTEL_HANDOFF_AUTO_INSTRUMENT": "true"}
+    if how == "opentelemetry-instrument":
+        command, env = [str(BIN / "opentelemetry-instrument"), *command], {}
+    result = run(command, rotel, expect="final node: booking", **env)
+    assert "otel-handoff" not in result.stderr  # nothing to warn about
+    [handoff] = handoffs(rotel, 1)
+    attributes = handoff["attributes"]
+    assert (attributes[sc.FRAMEWORK], attributes[sc.TRIGGER], attributes[sc.GEN_AI_TOOL_NAME]) == (
+        sc.FRAMEWORK_PIPECAT,
+        "tool",
+        "go_to_booking",
+    )
+    assert (attributes[sc.GEN_AI_HANDOFF_FROM_AGENT], attributes[sc.GEN_AI_HANDOFF_TO_AGENT]) == (
+        "greeting",
+        "booking",
+    )
+    assert handoff["resource"]["service.name"] == "auto-agent"

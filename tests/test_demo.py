@@ -76,3 +76,19 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
         ("4", "billing", "(none)", "max_turns", "completed"),
     ]
     assert "reused:" not in result.stdout  # LiveKit's resource line only where it means something
+
+
+def test_pipecat_demo_prints_node_transitions() -> None:
+    import pytest
+
+    pytest.importorskip("pipecat.flows")
+    result = _demo("--framework", "pipecat")
+    assert result.returncode == 0, result.stderr[-2000:]
+    header = r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$"
+    headers = re.findall(header, result.stdout, flags=re.M)
+    assert headers == [
+        ("1", "greeting", "booking", "tool:go_to_booking", "completed"),
+        ("2", "booking", "wrap_up", "api", "completed"),
+    ]
+    for phase in ("handler", "pre_actions", "context_update"):
+        assert re.search(rf"^\s+{phase}\s+│", result.stdout, flags=re.M), phase
