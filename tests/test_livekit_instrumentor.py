@@ -195,3 +195,43 @@ async def test_span_ends_even_when_summarizing_fails(
     await session.aclose()
     assert len(instrumented.handoffs()) == 1
     assert not open_spans.ours()
+
+
+class _DropHandoffs:
+    """A sampler that drops the handoff span and keeps everything else (not parent-based)."""
+
+    def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        from opentelemetry.sdk.trace.sampling import Decision, SamplingResult
+
+        return SamplingResult(Decision.DROP if name == sc.SPAN_HANDOFF else Decision.RECORD_AND_SAMPLE)
+
+    def get_description(self) -> str:
+        return "DropHandoffs"
+
+
+@pytest.mark.parametrize("sampled", [True, False])
+async def test_a_sampled_out_handoff_makes_no_child_spans(sampled: bool) -> None:
+    """Its children would be orphans: none are made (on_enter's neither); a kept handoff has all."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_ON if sampled else _DropHandoffs())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    instrumentor = LiveKitHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        session = AgentSession(llm=ScriptedLLM())
+        await session.start(agent=Triage())
+        session.update_agent(Billing())
+        await session._update_activity_atask
+        await session._activity._on_enter_task
+        assert isinstance(session.current_agent, Billing)
+        await session.aclose()
+    finally:
+        instrumentor.uninstrument()
+    names = sorted(s.name for s in exporter.get_finished_spans() if s.name.startswith(sc.SPAN_HANDOFF))
+    expected = [sc.SPAN_HANDOFF, sc.SPAN_CLOSE, sc.SPAN_DRAIN, sc.SPAN_ON_ENTER, sc.SPAN_START]
+    assert names == (sorted(expected) if sampled else [])

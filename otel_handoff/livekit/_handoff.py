@@ -99,6 +99,7 @@ class LiveKitHandoff:
         "_on_enter_seconds",
         "_parent_context",
         "_phase_ns",
+        "_recording",
         "_request_context",
         "_session",
         "_status",
@@ -159,6 +160,7 @@ class LiveKitHandoff:
         self._status: str | None = None  # an ERROR status without an exception
         self._on_enter_seconds: float | None = None  # on_enter done before the handoff ended
         self._parent_context: otel_context.Context | None = None  # the span, once made
+        self._recording = False  # the span, once made, is recorded: its late children are too
         self.span_context: SpanContext | None = None
 
         attributes = dict(telemetry.static_attributes)
@@ -312,7 +314,8 @@ class LiveKitHandoff:
             if not cut_short:
                 self._on_enter_seconds = seconds
             return
-        self._emit_child(*child)
+        if self._recording:
+            self._emit_child(*child)
         if not cut_short:
             self.telemetry.metrics.record_phase(
                 sc.PHASE_ON_ENTER, seconds, self.attributes, self._parent_context
@@ -375,6 +378,10 @@ class LiveKitHandoff:
         try:
             self.span_context = span.get_span_context()
             self._parent_context = trace.set_span_in_context(span)
+            self._recording = span.is_recording()
+            if not self._recording:  # sampled out (or a NoOp provider): so are its children
+                self._children = []
+                return
             if self._error is not None:
                 record_error(span, self._error)
             elif self._status is not None:
