@@ -176,17 +176,23 @@ def test_the_start_up_hook_is_installed() -> None:
 
 
 AG2_APP = Path(__file__).parent / "scripts" / "offline_ag2_workflow.py"
+PIPECAT_APP = Path(__file__).parent / "scripts" / "offline_pipecat_flow.py"
+
+
+def run_unmodified(app: Path, how: str, rotel: Rotel, expect: str) -> None:
+    """Run a user's app untouched, traced by the variable or by `opentelemetry-instrument`."""
+    command = [sys.executable, str(app)]
+    env = {"OTEL_HANDOFF_AUTO_INSTRUMENT": "true"}
+    if how == "opentelemetry-instrument":
+        command, env = [str(BIN / "opentelemetry-instrument"), *command], {}
+    result = run(command, rotel, expect=expect, **env)
+    assert "otel-handoff" not in result.stderr  # LiveKit is installed too: nothing to warn about
 
 
 @pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
 def test_unmodified_ag2_workflow_app_exports_handoffs(rotel: Rotel, how: str) -> None:
     pytest.importorskip("ag2.network", reason="needs ag2 >= 1")
-    command = [sys.executable, str(AG2_APP)]
-    env = {"OTEL_HANDOFF_AUTO_INSTRUMENT": "true"}
-    if how == "opentelemetry-instrument":
-        command, env = [str(BIN / "opentelemetry-instrument"), *command], {}
-    result = run(command, rotel, expect="closed: max_turns", **env)
-    assert "otel-handoff" not in result.stderr  # LiveKit is installed too: nothing to warn about
+    run_unmodified(AG2_APP, how, rotel, expect="closed: max_turns")
     found = handoffs(rotel, 4)
     kinds = [s["attributes"][sc.KIND] for s in sorted(found, key=lambda s: s["attributes"][sc.SEQUENCE])]
     assert kinds == ["transition", "transition", "handoff", "max_turns"]
@@ -194,18 +200,10 @@ def test_unmodified_ag2_workflow_app_exports_handoffs(rotel: Rotel, how: str) ->
     assert {s["resource"]["service.name"] for s in found} == {"auto-agent"}
 
 
-PIPECAT_APP = Path(__file__).parent / "scripts" / "offline_pipecat_flow.py"
-
-
 @pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
 def test_unmodified_pipecat_flows_app_exports_transitions(rotel: Rotel, how: str) -> None:
     pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0")
-    command = [sys.executable, str(PIPECAT_APP)]
-    env = {"OTEL_HANDOFF_AUTO_INSTRUMENT": "true"}
-    if how == "opentelemetry-instrument":
-        command, env = [str(BIN / "opentelemetry-instrument"), *command], {}
-    result = run(command, rotel, expect="final node: booking", **env)
-    assert "otel-handoff" not in result.stderr  # nothing to warn about
+    run_unmodified(PIPECAT_APP, how, rotel, expect="final node: booking")
     [handoff] = handoffs(rotel, 1)
     attributes = handoff["attributes"]
     assert (attributes[sc.FRAMEWORK], attributes[sc.TRIGGER], attributes[sc.GEN_AI_TOOL_NAME]) == (

@@ -54,14 +54,19 @@ def test_bad_protocol_is_reported_once_with_or_without_an_endpoint() -> None:
         assert len(lines) == 1 and "'bogus'" in lines[0] and "grpc or http/protobuf" in lines[0], endpoint
 
 
-def test_ag2_demo_prints_workflow_handoffs() -> None:
+def _framework_demo(framework: str, module: str) -> tuple[str, list[tuple[str, ...]]]:
+    """``demo --framework``'s output and its handoff headers (#, from, to, via, outcome)."""
     import pytest
 
-    pytest.importorskip("ag2.network")
-    result = _demo("--framework", "ag2")
+    pytest.importorskip(module)
+    result = _demo("--framework", framework)
     assert result.returncode == 0, result.stderr[-2000:]
     header = r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$"
-    headers = re.findall(header, result.stdout, flags=re.M)
+    return result.stdout, re.findall(header, result.stdout, flags=re.M)
+
+
+def test_ag2_demo_prints_workflow_handoffs() -> None:
+    out, headers = _framework_demo("ag2", "ag2.network")
     assert headers == [
         ("1", "reception", "triage", "transition", "completed"),
         ("2", "triage", "billing", "handoff:transfer_to_billing", "completed"),
@@ -75,20 +80,14 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
         ("3", "triage", "billing", "transition", "completed"),
         ("4", "billing", "(none)", "max_turns", "completed"),
     ]
-    assert "reused:" not in result.stdout  # LiveKit's resource line only where it means something
+    assert "reused:" not in out  # LiveKit's resource line only where it means something
 
 
 def test_pipecat_demo_prints_node_transitions() -> None:
-    import pytest
-
-    pytest.importorskip("pipecat.flows")
-    result = _demo("--framework", "pipecat")
-    assert result.returncode == 0, result.stderr[-2000:]
-    header = r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$"
-    headers = re.findall(header, result.stdout, flags=re.M)
+    out, headers = _framework_demo("pipecat", "pipecat.flows")
     assert headers == [
         ("1", "greeting", "booking", "tool:go_to_booking", "completed"),
         ("2", "booking", "wrap_up", "api", "completed"),
     ]
     for phase in ("handler", "pre_actions", "context_update"):
-        assert re.search(rf"^\s+{phase}\s+│", result.stdout, flags=re.M), phase
+        assert re.search(rf"^\s+{phase}\s+│", out, flags=re.M), phase
