@@ -268,17 +268,10 @@ def _end(state: FlowState, transition: Transition) -> None:
 async def wrap_execute_actions(
     telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
-    transition = _CURRENT.get()
-    if transition is None or not telemetry.enabled:
-        return await wrapped(*args, **kwargs)
     pre = _arg(args, kwargs, 0, "pre_actions")
     actions = pre or _arg(args, kwargs, 1, "post_actions") or ()
-    phase = Phase(time.time_ns(), actions=tuple(str(a.get("type")) for a in actions if isinstance(a, dict)))
-    transition.phases["pre_actions" if pre else "post_actions"] = phase
-    try:
-        return await wrapped(*args, **kwargs)
-    finally:
-        phase.end_ns = time.time_ns()
+    types = tuple(str(a.get("type")) for a in actions if isinstance(a, dict))
+    return await _timed(telemetry, "pre_actions" if pre else "post_actions", wrapped, args, kwargs, types)
 
 
 async def wrap_update_llm_context(
@@ -293,11 +286,19 @@ async def wrap_create_summary(
     return await _timed(telemetry, "summary", wrapped, args, kwargs)
 
 
-async def _timed(telemetry: FlowsTelemetry, name: str, wrapped: Any, args: Any, kwargs: Any) -> Any:
+async def _timed(
+    telemetry: FlowsTelemetry,
+    name: str,
+    wrapped: Any,
+    args: Any,
+    kwargs: Any,
+    actions: tuple[str, ...] = (),
+) -> Any:
+    """Time phase ``name`` of the transition being set, if any (``actions``: the action types)."""
     transition = _CURRENT.get()
     if transition is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    phase = transition.phases[name] = Phase(time.time_ns())
+    phase = transition.phases[name] = Phase(time.time_ns(), actions=actions)
     try:
         return await wrapped(*args, **kwargs)
     except asyncio.CancelledError:
