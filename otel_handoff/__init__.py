@@ -1,11 +1,11 @@
-"""otel-handoff: OpenTelemetry tracing of agent handoffs (LiveKit Agents, AG2)."""
+"""otel-handoff: OpenTelemetry tracing of agent handoffs (LiveKit Agents, AG2, Pipecat Flows)."""
 
 from typing import TYPE_CHECKING, Any
 
 from .version import __version__
 
 if TYPE_CHECKING:
-    from ._configure import Configuration, configure
+    from .export import Configuration, configure
 
 __all__ = ["Configuration", "__version__", "configure"]
 
@@ -13,7 +13,7 @@ __all__ = ["Configuration", "__version__", "configure"]
 def __getattr__(name: str) -> Any:
     # lazy: `import otel_handoff` stays cheap, the SDK is imported when configure is used
     if name in ("configure", "Configuration"):
-        from . import _configure
+        from . import export
 
-        return getattr(_configure, name)
+        return getattr(export, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

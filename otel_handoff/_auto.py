@@ -17,8 +17,9 @@ import functools
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
+
+from .core.frameworks import ANY_HINT, FRAMEWORKS, Framework
 
 ENV = "OTEL_HANDOFF_AUTO_INSTRUMENT"
 TRUE_VALUES = ("true", "1", "yes")
@@ -28,51 +29,6 @@ DISABLED_ENV = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"  # the opentelemetry-inst
 _OTEL_INSTRUMENT_MODULE = "opentelemetry.instrumentation.auto_instrumentation"
 
 _LOG = logging.getLogger("otel_handoff")
-
-
-@dataclass(frozen=True)
-class Framework:
-    """One framework auto-instrumentation covers."""
-
-    entry_point: str  # name in the `opentelemetry_instrumentor` group
-    modules: tuple[str, ...]  # the first import of any of these triggers instrumentation
-    instrumentor: str  # "module:Class"
-    extra: str  # `pip install 'otel-handoff[extra]'`
-    distributions: tuple[str, ...]  # any of these installs the framework
-    # (module, "Class.method") where a session or chat starts: exporting is configured there
-    starts_at: tuple[tuple[str, str], ...]
-
-
-FRAMEWORKS = (
-    Framework(
-        "livekit_handoff",
-        ("livekit.agents",),
-        "otel_handoff.livekit:LiveKitHandoffInstrumentor",
-        "livekit",
-        ("livekit-agents",),
-        (("livekit.agents.voice.agent_session", "AgentSession.start"),),
-    ),
-    Framework(
-        "ag2_handoff",
-        ("autogen", "ag2.network"),  # classic group chats; ag2 1.x workflow channels
-        "otel_handoff.ag2:AG2HandoffInstrumentor",
-        "ag2",
-        ("ag2", "autogen"),
-        (
-            ("autogen.agentchat.groupchat", "GroupChatManager.run_chat"),
-            ("autogen.agentchat.groupchat", "GroupChatManager.a_run_chat"),
-            ("ag2.network.hub.core", "Hub.__init__"),
-        ),
-    ),
-    Framework(
-        "pipecat_handoff",
-        ("pipecat.flows",),
-        "otel_handoff.pipecat:PipecatFlowsHandoffInstrumentor",
-        "pipecat",
-        ("pipecat-ai",),
-        (("pipecat.flows.manager", "FlowManager.__init__"),),
-    ),
-)
 
 
 def requested() -> bool | None:
@@ -117,9 +73,9 @@ def start() -> None:
 
         if not any(installed(framework) for framework in FRAMEWORKS):
             _LOG.warning(
-                "otel-handoff: %s is set but no supported framework is installed; "
-                "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat]). Nothing is traced.",
+                "otel-handoff: %s is set but no supported framework is installed; %s. Nothing is traced.",
                 ENV,
+                ANY_HINT,
             )
             return
         skipped = disabled_entry_points()
@@ -159,7 +115,7 @@ def unsupported(framework: Framework, instrumentor: Any) -> str | None:
         return None
     return (
         f"otel-handoff: {conflict}; handoffs are not traced. "
-        f"Install a supported release: pip install 'otel-handoff[{framework.extra}]'"
+        f"Install a supported release: {framework.install_hint}"
     )
 
 

@@ -95,8 +95,8 @@ async def plain_and_traced(provider: TracerProvider, observe: Callable[[], Await
 # attributes every LiveKit `agent_handoff` span carries (the README's span table)
 HANDOFF_ALWAYS = (
     sc.GEN_AI_OPERATION_NAME,
-    sc.GEN_AI_HANDOFF_FROM_AGENT,
-    sc.GEN_AI_HANDOFF_TO_AGENT,
+    sc.FROM_AGENT_NAME,
+    sc.TO_AGENT_NAME,
     sc.FROM_AGENT_ID,
     sc.TO_AGENT_ID,
     sc.FRAMEWORK,

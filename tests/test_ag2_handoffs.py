@@ -47,8 +47,8 @@ INHERITED = [
 
 ALLOWED_ATTRIBUTES = {
     sc.GEN_AI_OPERATION_NAME,
-    sc.GEN_AI_HANDOFF_FROM_AGENT,
-    sc.GEN_AI_HANDOFF_TO_AGENT,
+    sc.FROM_AGENT_NAME,
+    sc.TO_AGENT_NAME,
     sc.GEN_AI_TOOL_NAME,
     sc.GEN_AI_TOOL_CALL_ID,
     sc.FRAMEWORK,
@@ -98,8 +98,8 @@ def assert_support_chat(handoffs: list[ReadableSpan], root: ReadableSpan | None 
         assert attributes[sc.GEN_AI_OPERATION_NAME] == sc.OPERATION_HANDOFF
         assert attributes[sc.FRAMEWORK] == sc.FRAMEWORK_AG2
         assert attributes[sc.FRAMEWORK_VERSION]
-        assert attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] == source, kind
-        assert attributes.get(sc.GEN_AI_HANDOFF_TO_AGENT) == to, kind
+        assert attributes[sc.FROM_AGENT_NAME] == source, kind
+        assert attributes.get(sc.TO_AGENT_NAME) == to, kind
         assert attributes.get(sc.NEXT_SPEAKER) == to, kind  # every target here names the next speaker
         assert attributes.get(sc.CONDITION_TYPE) == condition, kind
         assert attributes[sc.TARGET_TYPE] == target, kind
@@ -214,7 +214,7 @@ def test_chat_ending_on_terminate_completes_without_next_speaker(ag2: Spans) -> 
     last = ag2.handoffs()[-1]
     assert last.attributes[sc.TARGET_TYPE] == "TerminateTarget"
     assert last.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
-    assert sc.NEXT_SPEAKER not in last.attributes and sc.GEN_AI_HANDOFF_TO_AGENT not in last.attributes
+    assert sc.NEXT_SPEAKER not in last.attributes and sc.TO_AGENT_NAME not in last.attributes
 
 
 def test_handoff_cut_off_by_max_rounds_is_skipped(ag2: Spans) -> None:
@@ -224,7 +224,7 @@ def test_handoff_cut_off_by_max_rounds_is_skipped(ag2: Spans) -> None:
     assert [s.attributes[sc.KIND] for s in handoffs] == ["llm_condition", "reply_result", "context_condition"]
     cut = handoffs[-1]
     assert cut.attributes[sc.OUTCOME] == sc.OUTCOME_SKIPPED
-    assert cut.attributes[sc.GEN_AI_HANDOFF_TO_AGENT] == "closer"
+    assert cut.attributes[sc.TO_AGENT_NAME] == "closer"
     assert sc.NEXT_SPEAKER not in cut.attributes
 
 

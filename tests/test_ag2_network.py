@@ -27,11 +27,12 @@ PATCHED = [(WorkflowAdapter, "fold"), (Agent, "ask"), (Hub, "__init__"), (Hub, "
 
 ALLOWED_ATTRIBUTES = {
     sc.GEN_AI_OPERATION_NAME,
-    sc.GEN_AI_HANDOFF_FROM_AGENT,
-    sc.GEN_AI_HANDOFF_TO_AGENT,
+    sc.FROM_AGENT_NAME,
+    sc.TO_AGENT_NAME,
     sc.FROM_AGENT_ID,
     sc.TO_AGENT_ID,
     sc.GEN_AI_TOOL_NAME,
+    sc.GEN_AI_CONVERSATION_ID,
     sc.FRAMEWORK,
     sc.FRAMEWORK_VERSION,
     sc.KIND,
@@ -70,8 +71,8 @@ def _summary(span: ReadableSpan) -> tuple[Any, ...]:
     a = span.attributes
     return (
         a[sc.KIND],
-        a[sc.GEN_AI_HANDOFF_FROM_AGENT],
-        a.get(sc.GEN_AI_HANDOFF_TO_AGENT),
+        a[sc.FROM_AGENT_NAME],
+        a.get(sc.TO_AGENT_NAME),
         a.get(sc.CONDITION_TYPE),
         a.get(sc.TARGET_TYPE),
         a.get(sc.GEN_AI_TOOL_NAME),
@@ -88,7 +89,7 @@ def _check_common(handoffs: list[ReadableSpan]) -> None:
         assert a[sc.GEN_AI_OPERATION_NAME] == sc.OPERATION_HANDOFF
         assert a[sc.FRAMEWORK] == "ag2" and a[sc.FRAMEWORK_VERSION] == ag2.__version__
         assert a[sc.SEQUENCE] == sequence
-        assert (sc.GEN_AI_HANDOFF_TO_AGENT in a) == (sc.TO_AGENT_ID in a)
+        assert (sc.TO_AGENT_NAME in a) == (sc.TO_AGENT_ID in a)
         assert a[sc.FROM_AGENT_ID] != a.get(sc.TO_AGENT_ID)  # the same speaker again is no handoff
         assert a[sc.DURATION] == pytest.approx((span.end_time - span.start_time) / 1e9, abs=1e-6)
 
@@ -98,6 +99,8 @@ async def test_from_speaker_ping_pong_until_max_turns(ag2: Spans, open_spans: Op
     assert run.close_reason == "max_turns"
     handoffs = _handoffs(ag2)
     _check_common(handoffs)
+    # the channel id is AG2's name for the conversation
+    assert {s.attributes[sc.GEN_AI_CONVERSATION_ID] for s in handoffs} == {run.channel_id}
     rule = ("FromSpeaker", "AgentTarget", None, "completed")
     assert [_summary(s) for s in handoffs] == [
         ("transition", "triage", "billing", *rule),
@@ -221,6 +224,10 @@ async def test_two_channels_at_once(ag2: Spans) -> None:
             range(1, len(spans_of_channel) + 1)
         )
         assert len({s.context.trace_id for s in spans_of_channel}) == 1
+    conversations = {
+        root: {s.attributes[sc.GEN_AI_CONVERSATION_ID] for s in spans} for root, spans in by_root.items()
+    }
+    assert sorted(c for ids in conversations.values() for c in ids) == sorted(r.channel_id for r in runs)
 
 
 async def test_hub_replay_adds_no_handoff(ag2: Spans, open_spans: OpenSpans) -> None:

@@ -211,7 +211,7 @@ def test_unmodified_pipecat_flows_app_exports_transitions(rotel: Rotel, how: str
         "tool",
         "go_to_booking",
     )
-    assert (attributes[sc.GEN_AI_HANDOFF_FROM_AGENT], attributes[sc.GEN_AI_HANDOFF_TO_AGENT]) == (
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == (
         "greeting",
         "booking",
     )

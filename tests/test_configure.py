@@ -35,9 +35,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.util._once import Once
 
 import otel_handoff
-from otel_handoff import _auto, _configure
+from otel_handoff import _auto, export
 from otel_handoff.cli.offline.livekit import ScriptedLLM
 from otel_handoff.core import schema as sc
+from otel_handoff.core.frameworks import FRAMEWORKS
+from otel_handoff.export import exit as export_exit
+from otel_handoff.export import quiet as export_quiet
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,17 +49,17 @@ REPO = Path(__file__).resolve().parents[1]
 # --- a process with nothing installed ------------------------------------------------------------
 def _reset_globals() -> None:
     """Undo what configure() did to the process: providers, globals, LiveKit, instrumentation."""
-    configured = _configure._configured
+    configured = export._configured
     if configured is not None and configured.created:
         configured.tracer_provider.shutdown()
         if isinstance(configured.meter_provider, MeterProvider):
             configured.meter_provider.shutdown()
-    for framework in _auto.FRAMEWORKS:  # configure() instruments every installed framework
+    for framework in FRAMEWORKS:  # configure() instruments every installed framework
         instrumentor = _auto.instrumentor_class(framework)()
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
-    _configure._configured = None
-    atexit.unregister(_configure._shutdown_at_exit)  # done above, for the providers it created
+    export._configured = None
+    atexit.unregister(export_exit.shutdown_at_exit)  # done above, for the providers it created
     # the API's set-once globals, as opentelemetry-test-utils resets them
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace._TRACER_PROVIDER = None
@@ -105,7 +108,7 @@ def test_import_stays_cheap() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "configure"
-    assert otel_handoff.configure is _configure.configure
+    assert otel_handoff.configure is export.configure
     with pytest.raises(AttributeError):
         otel_handoff.no_such_thing  # noqa: B018
 
@@ -285,7 +288,7 @@ def test_exception_inside_configure_does_not_escape(
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("resource detection exploded")
 
-    env.setattr(_configure.Resource, "create", broken)
+    env.setattr(export.settings.Resource, "create", broken)
     configuration = otel_handoff.configure(instrument=False)
     assert not configuration.created
     (record,) = problems(caplog)
@@ -386,9 +389,9 @@ def test_spans_and_metrics_to_one_receiver_share_its_outage(caplog: pytest.LogCa
     spans, spans_ok = _Flaky(), _Flaky()
     spans_ok.ok = True
     target = f"http://collector-{id(spans)}:4317"
-    span_exporter = _configure._quiet("traces", spans, target)
+    span_exporter = export_quiet.quiet("traces", spans, target)
     # the same receiver, another signal
-    metric_side = _configure._QuietSpanExporter(spans_ok, _configure._Outage("metrics", spans_ok, target))
+    metric_side = export_quiet.QuietSpanExporter(spans_ok, export_quiet.Outage("metrics", spans_ok, target))
     span_exporter.export([])
     metric_side.export([])  # metrics still get through: the receiver is still down for spans
     spans_ok.ok = False
@@ -417,7 +420,7 @@ def test_outage_is_logged_once_and_recovery_once(caplog: pytest.LogCaptureFixtur
     caplog.set_level(logging.INFO)
     inner = _Flaky()
     target = f"http://collector-{id(inner)}:4317"
-    exporter = _configure._quiet("traces", inner, target)
+    exporter = export_quiet.quiet("traces", inner, target)
     for _ in range(5):
         assert exporter.export([]) is SpanExportResult.FAILURE
     inner.ok = True
@@ -452,7 +455,7 @@ def handoff_spans(memory: InMemorySpanExporter) -> list[ReadableSpan]:
     return [s for s in memory.get_finished_spans() if s.name == sc.SPAN_HANDOFF]
 
 
-def configured_with_memory() -> tuple[_configure.Configuration, InMemorySpanExporter]:
+def configured_with_memory() -> tuple[export.Configuration, InMemorySpanExporter]:
     configuration = otel_handoff.configure()  # instruments LiveKit too
     memory = InMemorySpanExporter()
     assert isinstance(configuration.tracer_provider, TracerProvider)
@@ -478,7 +481,7 @@ async def test_unreachable_endpoint_costs_handoffs_nothing_and_warns_once(
     env.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
     env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
     exports: list[tuple[int, int, SpanExportResult]] = []
-    quiet_export = _configure._QuietSpanExporter.export
+    quiet_export = export_quiet.QuietSpanExporter.export
 
     def timed_export(self: Any, spans: Any) -> SpanExportResult:
         start = time.time_ns()
@@ -486,7 +489,7 @@ async def test_unreachable_endpoint_costs_handoffs_nothing_and_warns_once(
         exports.append((start, time.time_ns(), result))
         return result
 
-    env.setattr(_configure._QuietSpanExporter, "export", timed_export)
+    env.setattr(export_quiet.QuietSpanExporter, "export", timed_export)
     caplog.clear()
     configuration, memory = configured_with_memory()
     await handoffs(3)
@@ -550,4 +553,4 @@ def test_exit_with_a_dead_collector_is_bounded_and_says_what_was_lost() -> None:
     # the SDK's own exit waits out its retries (10 s export timeout); ours gives the exporter 1 s
     plain_elapsed, plain = _exit_app(OTEL_TRACES_EXPORTER="none")
     assert plain.returncode == 0
-    assert elapsed - plain_elapsed < _configure.EXIT_TIMEOUT_SECONDS + 6, (elapsed, plain_elapsed)
+    assert elapsed - plain_elapsed < export.EXIT_TIMEOUT_SECONDS + 6, (elapsed, plain_elapsed)

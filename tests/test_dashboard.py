@@ -53,7 +53,7 @@ def emitted_metrics() -> dict[str, tuple[str, ...]]:
     reader = InMemoryMetricReader()
     metrics = HandoffMetrics(MeterProvider(metric_readers=[reader]), "test")
     metrics.record_handoff(0.01, {sc.OUTCOME: sc.OUTCOME_COMPLETED}, Context())
-    metrics.record_phase(sc.PHASE_ON_ENTER, 0.01, {}, Context())
+    metrics.record_phases(((sc.PHASE_ON_ENTER, 0.01),), {}, Context())
     data = reader.get_metrics_data()
     assert data is not None
     names: dict[str, tuple[str, ...]] = {}
@@ -89,7 +89,11 @@ def test_the_naming_rules_give_the_documented_names() -> None:
         "agent_handoff_phase_duration_seconds_count",
         "agent_handoff_phase_duration_seconds_sum",
     ]
-    assert {"gen_ai_handoff_from_agent", "agent_handoff_phase", "agent_handoff_stt_reused"} <= ALLOWED_LABELS
+    assert {
+        "agent_handoff_from_agent_name",
+        "agent_handoff_phase",
+        "agent_handoff_stt_reused",
+    } <= ALLOWED_LABELS
 
 
 # --- PromQL, read just enough to name its metrics and labels ----------------------------------------
@@ -198,7 +202,7 @@ def test_the_panels_the_issue_asks_for(dashboard: dict[str, Any]) -> None:
     pairs = by_title["Handoff time p50 / p95 by agent pair"]
     p95 = next(t for t in pairs["targets"] if t["expr"].startswith("histogram_quantile(0.95"))
     assert p95["exemplar"] is True  # a dot per slow handoff, linking to its trace in Tempo
-    assert "gen_ai_handoff_from_agent, gen_ai_handoff_to_agent" in p95["expr"]
+    assert "agent_handoff_from_agent_name, agent_handoff_to_agent_name" in p95["expr"]
     assert any(t["expr"].startswith("histogram_quantile(0.50") for t in pairs["targets"])
     assert "agent_handoff_phase" in by_title["Phase breakdown: mean time per phase"]["targets"][0]["expr"]
     reuse = " ".join(t["expr"] for t in by_title["Reuse rates"]["targets"])

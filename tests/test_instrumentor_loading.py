@@ -94,3 +94,25 @@ def test_newer_untested_release_is_instrumented_with_one_info_line(
         assert "9.0.0" in line and "1.2.18 to 1.8.9" in line
     finally:
         instrumentor.uninstrument()
+
+
+def test_the_framework_registry_matches_pyproject() -> None:
+    """One registry (entry point, instrumentor, extra, requirements) and the package's metadata agree."""
+    tomllib = pytest.importorskip("tomllib")
+    import importlib
+    from pathlib import Path
+
+    from otel_handoff.core.frameworks import FRAMEWORKS
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    entry_points = project["entry-points"]["opentelemetry_instrumentor"]
+    extras = project["optional-dependencies"]
+    assert entry_points == {f.entry_point: f.instrumentor for f in FRAMEWORKS}
+    for framework in FRAMEWORKS:
+        assert tuple(extras[framework.extra]) == framework.extra_requires
+        module = framework.instrumentor.partition(":")[0]
+        package = importlib.import_module(f"{module}.package")
+        declared = (*package._instruments, *getattr(package, "_instruments_any", ()))
+        assert {r.replace(" ", "") for r in declared} == set(framework.instruments)
+    assert sorted(extras["instruments-any"]) == sorted(r for f in FRAMEWORKS for r in f.instruments)
+    assert all(f"otel-handoff[{f.extra}]" in f.install_hint for f in FRAMEWORKS)

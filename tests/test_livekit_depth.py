@@ -140,7 +140,7 @@ async def test_failed_realtime_update(instrumented: Spans, error: Exception, err
     assert failed.status.status_code is StatusCode.ERROR
     assert failed.attributes[sc.ERROR_TYPE] == error_type
     assert failed.attributes[sc.REALTIME_UPDATE_DURATION] >= 0.02
-    assert [e.attributes["exception.type"].rsplit(".", 1)[-1] for e in failed.events] == ["RealtimeError"]
+    assert failed.events == ()  # error.type only: one error convention for every span
     # the handoff's own outcome is what the framework did with the error (1.8 logs and goes on)
     assert handoff.attributes[sc.OUTCOME] == ("completed" if arrived else "error")
 
@@ -250,9 +250,9 @@ async def test_agent_after_progress_update_is_rejected_visibly(instrumented: Spa
     assert attrs[sc.REJECTION_REASON] == "agent handoff after a progress update is not supported"
     assert attrs[sc.GEN_AI_TOOL_NAME] == "transfer_after_update"
     assert attrs[sc.GEN_AI_TOOL_CALL_ID] == "call_1"
-    assert attrs[sc.GEN_AI_HANDOFF_FROM_AGENT] == Support().label
+    assert attrs[sc.FROM_AGENT_NAME] == Support().label
     # 1.6.0 to 1.8.x before `_make_update_output` drop the returned agent before anyone sees it
-    assert attrs[sc.GEN_AI_HANDOFF_TO_AGENT] == (Billing().label if FEATURES.update_output_hook else "")
+    assert attrs[sc.TO_AGENT_NAME] == (Billing().label if FEATURES.update_output_hook else "")
     assert attrs[sc.TRIGGER] == "tool"
     [tool_span] = instrumented.named("function_tool")
     assert handoff.parent.span_id == tool_span.context.span_id

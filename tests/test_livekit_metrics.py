@@ -40,10 +40,7 @@ async def test_metrics_after_real_handoffs(instrumented: Spans, metric_reader: I
     duration, duration_points = metrics[sc.METRIC_DURATION]
     assert duration.unit == "s"
     assert list(duration_points[0].explicit_bounds) == list(sc.DURATION_BUCKETS)
-    by_pair = {
-        (p.attributes[sc.GEN_AI_HANDOFF_FROM_AGENT], p.attributes[sc.GEN_AI_HANDOFF_TO_AGENT]): p
-        for p in duration_points
-    }
+    by_pair = {(p.attributes[sc.FROM_AGENT_NAME], p.attributes[sc.TO_AGENT_NAME]): p for p in duration_points}
     triage, billing, support = Triage().label, Billing().label, Support().label
     assert set(by_pair) == {(triage, billing), (billing, support), (support, billing)}
     assert by_pair[(triage, billing)].attributes[sc.TRIGGER] == "tool"

@@ -99,7 +99,7 @@ def test_phoenix_trace_view_shows_the_handoff_and_its_phases(phoenix: Phoenix, t
     assert handoff["trace_id"] in text
     for phase in phases:
         assert phase in text, f"{phase} is not on the page"
-    for key in (sc.GEN_AI_HANDOFF_FROM_AGENT, sc.GEN_AI_HANDOFF_TO_AGENT, sc.OUTCOME, sc.TRIGGER):
+    for key in (sc.FROM_AGENT_NAME, sc.TO_AGENT_NAME, sc.OUTCOME, sc.TRIGGER):
         assert key in text and str(handoff["attributes"][key]) in text
     assert ARTIFACT.stat().st_size > 10_000
     if os.environ.get("OTEL_HANDOFF_UPDATE_DOCS") == "1":

@@ -23,21 +23,16 @@ or model-written reasons.
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
 
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, missing_wrap_points, resolve
+from ..core.instrumentor import HandoffInstrumentor, resolve
 from ..core.metrics import HandoffMetrics
-from . import _features, _wrappers
+from . import _features, _wrappers, package
 from ._chat import GroupChatTelemetry
-
-_LOG = logging.getLogger(__name__)
 
 _GROUPCHAT_MODULE = "autogen.agentchat.groupchat"
 _GROUP_UTILS_MODULE = "autogen.agentchat.group.group_utils"
@@ -120,21 +115,9 @@ def _current(module: str, name: str) -> Any:
     return vars(owner)[attr]
 
 
-def _wrap_all(points: list[tuple[str, str, Any]]) -> list[tuple[str, str, bool]]:
-    wrapped: list[tuple[str, str, bool]] = []
-    for module, name, wrapper in points:
-        owner, attr = resolve(module, name)
-        own = attr in vars(owner)
-        wrap_function_wrapper(module, name, wrapper)
-        wrapped.append((module, name, own))
-    return wrapped
-
-
 class AG2HandoffInstrumentor(HandoffInstrumentor):
     """Traces AG2 handoffs: classic group chats (ag2 0.9.10-0.14, autogen 0.14), ag2 1.x channels."""
 
-    # (module, name, defined on the owner itself rather than inherited)
-    _wrapped: tuple[tuple[str, str, bool], ...] = ()
     _telemetry: GroupChatTelemetry | None = None
     _network: Any = None  # _network.NetworkTelemetry while workflow channels are traced
     _manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
@@ -145,76 +128,62 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
 
     def _instrument(self, **kwargs: Any) -> None:
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        cls = type(self)
-        wrapped: list[tuple[str, str, bool]] = []
         features = _features.detect()
         if features is not None:
-            wrapped += self._instrument_classic(features, tracer, metrics)
+            self._instrument_classic(features, tracer, metrics)
         network_version = _features.network_version()
         if network_version is not None:
-            wrapped += self._instrument_network(network_version, tracer, metrics)
-        cls._wrapped = tuple(wrapped)
+            self._instrument_network(network_version, tracer, metrics)
 
     def _instrument_classic(
         self, features: _features.AG2Features, tracer: trace.Tracer, metrics: HandoffMetrics
-    ) -> list[tuple[str, str, bool]]:
+    ) -> None:
         telemetry = GroupChatTelemetry(
             tracer=tracer,
             metrics=metrics,
             features=features,
             static_attributes=self.static_attributes(sc.FRAMEWORK_AG2, features.version),
         )
-        points = _wrap_points(telemetry)
-        missing = missing_wrap_points(points)
-        if missing:
-            _LOG.error(
-                "otel-handoff: autogen %s lacks %s; its group chats are not traced. "
-                "Install a tested release (%s).",
-                features.version,
-                ", ".join(missing),
-                _features.TESTED_CLASSIC,
-            )
-            return []
-        _features.classic_untested_note(features)
         originals = {point: _current(*point) for point in (*_AGENT_REPLY_FUNCS, *_MANAGER_REPLY_FUNCS)}
-        wrapped = _wrap_all(points)
+        if not self.wrap_all(
+            _wrap_points(telemetry),
+            release="autogen (classic AG2)",
+            version=features.version,
+            tested=package.TESTED_CLASSIC,
+            newest_tested=package.NEWEST_TESTED_CLASSIC,
+            what="its group chats are",
+        ):
+            return
         telemetry.agent_reply_funcs = tuple((originals[p], _current(*p)) for p in _AGENT_REPLY_FUNCS)
         cls = type(self)
         cls._manager_reply_funcs = tuple((originals[p], _current(*p)) for p in _MANAGER_REPLY_FUNCS)
         cls._telemetry = telemetry
-        return wrapped
 
-    def _instrument_network(
-        self, version: str, tracer: trace.Tracer, metrics: HandoffMetrics
-    ) -> list[tuple[str, str, bool]]:
+    def _instrument_network(self, version: str, tracer: trace.Tracer, metrics: HandoffMetrics) -> None:
+        what = "its workflow channels are"
         try:
             from . import _network
         except ImportError as exc:  # a release that moved what we read
-            _LOG.error(
-                "otel-handoff: ag2 %s lacks %s; its workflow channels are not traced. "
-                "Install a tested release (%s).",
-                version,
-                exc.name or exc,
-                _features.TESTED_NETWORK,
+            self.refuse(
+                release="ag2",
+                version=version,
+                missing=[str(exc.name or exc)],
+                what=what,
+                tested=package.TESTED_NETWORK,
             )
-            return []
+            return
         telemetry = _network.NetworkTelemetry(
             tracer, metrics, self.static_attributes(sc.FRAMEWORK_AG2, version)
         )
-        points = _network_wrap_points(telemetry)
-        missing = missing_wrap_points(points)
-        if missing:
-            _LOG.error(
-                "otel-handoff: ag2 %s lacks %s; its workflow channels are not traced. "
-                "Install a tested release (%s).",
-                version,
-                ", ".join(missing),
-                _features.TESTED_NETWORK,
-            )
-            return []
-        _features.network_untested_note(version)
-        type(self)._network = telemetry
-        return _wrap_all(points)
+        if self.wrap_all(
+            _network_wrap_points(telemetry),
+            release="ag2",
+            version=version,
+            tested=package.TESTED_NETWORK,
+            newest_tested=package.NEWEST_TESTED_NETWORK,
+            what=what,
+        ):
+            type(self)._network = telemetry
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
@@ -230,13 +199,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
                     manager.replace_reply_func(wrapper, original)
         if cls._network is not None:
             cls._network.detach_all()  # listeners off every hub opened while instrumented
-        for module, name, own in cls._wrapped:
-            owner, attr = resolve(module, name)
-            if own:
-                unwrap(owner, attr)
-            else:
-                delattr(owner, attr)  # was inherited: drop our override rather than pin a copy
-        cls._wrapped = ()
+        self.unwrap_all()
         cls._telemetry = None
         cls._network = None
         cls._manager_reply_funcs = ()

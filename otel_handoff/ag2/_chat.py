@@ -21,11 +21,11 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind
 
 from ..core import schema as sc
-from ..core.metrics import HandoffMetrics
-from ..core.spans import ChatRoot, set_error
+from ..core.emit import emit
+from ..core.record import Conversation, HandoffRecord
+from ..core.spans import HandoffTelemetry
 from ._features import AG2Features
 
 
@@ -45,15 +45,11 @@ class Decision:
     terminates: bool = False  # the target resolved to "end the chat"
 
 
-@dataclass
-class GroupChatTelemetry:
+@dataclass(kw_only=True)
+class GroupChatTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
-    tracer: trace.Tracer
     features: AG2Features
-    static_attributes: dict[str, Any]
-    metrics: HandoffMetrics
-    enabled: bool = True
     chats: weakref.WeakKeyDictionary[Any, ChatState] = field(default_factory=weakref.WeakKeyDictionary)
     chats_lock: threading.Lock = field(default_factory=threading.Lock)
     # agents and managers whose reply-function lists hold our wrappers, restored at uninstrument()
@@ -87,32 +83,19 @@ class GroupChatTelemetry:
 
 
 class ChatState:
-    """One running group chat: its pending decision, its handoff count and (maybe) its root span."""
+    """One running group chat: its pending decision and its conversation (count, maybe a root)."""
 
-    __slots__ = (
-        "_root",
-        "after_work_no_match",
-        "app_traced",
-        "handoffs",
-        "pending",
-        "start_context",
-        "start_ns",
-        "telemetry",
-    )
+    __slots__ = ("after_work_no_match", "app_traced", "conversation", "pending", "start_context", "telemetry")
 
     def __init__(self, telemetry: GroupChatTelemetry) -> None:
         self.telemetry = telemetry
-        self.start_ns = time.time_ns()
         self.start_context = otel_context.get_current()
         # the app (or openinference) traces this chat: handoffs nest where they are decided
         self.app_traced = trace.get_current_span(self.start_context).get_span_context().is_valid
-        self.handoffs = 0
         self.pending: Decision | None = None
         # (from agent, time) of an after-work evaluation that matched nothing: the group's after-work is next
         self.after_work_no_match: tuple[str, int] | None = None
-        self._root = ChatRoot(
-            telemetry.tracer, telemetry.static_attributes, self.start_ns, self.start_context
-        )
+        self.conversation = Conversation(telemetry, time.time_ns(), self.start_context)
 
     # --- decisions ---------------------------------------------------------------------
     def decide(self, decision: Decision) -> None:
@@ -121,8 +104,7 @@ class ChatState:
             current = otel_context.get_current()
             valid = trace.get_current_span(current).get_span_context().is_valid
             decision.parent = current if valid else self.start_context
-        self.handoffs += 1
-        decision.sequence = self.handoffs
+        decision.sequence = self.conversation.next_sequence()
         if self.pending is not None:
             self._emit(self.pending, sc.OUTCOME_SKIPPED, None, decision.start_ns)
         self.pending = decision
@@ -145,13 +127,7 @@ class ChatState:
                     outcome = sc.OUTCOME_COMPLETED if decision.terminates else sc.OUTCOME_SKIPPED
                     self._emit(decision, outcome, None, end_ns)
         finally:  # the chat's root span ends whatever happened above
-            self._root.end(self.handoffs, end_ns, error)
-
-    # --- spans ---------------------------------------------------------------------------
-    def _parent(self, decision: Decision) -> otel_context.Context:
-        if decision.parent is not None:
-            return decision.parent
-        return self._root.context()
+            self.conversation.end(end_ns, error)
 
     def _emit(
         self,
@@ -161,50 +137,30 @@ class ChatState:
         end_ns: int,
         error: BaseException | None = None,
     ) -> None:
-        attributes = dict(self.telemetry.static_attributes)
-        attributes[sc.KIND] = decision.kind
-        attributes[sc.SEQUENCE] = decision.sequence
-        attributes[sc.OUTCOME] = outcome
-        attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = decision.from_agent
+        """The decision as a record: decision-to-landing is its duration."""
+        attributes: dict[str, Any] = {}
         if decision.target is not None:
             attributes[sc.TARGET_TYPE] = type(decision.target).__name__
-        to_agent = getattr(decision.target, "agent_name", None) or next_speaker
-        if to_agent:
-            attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = to_agent
         if next_speaker:
             attributes[sc.NEXT_SPEAKER] = next_speaker
         if decision.condition_type:
             attributes[sc.CONDITION_TYPE] = decision.condition_type
-        if decision.tool_name:
-            attributes[sc.GEN_AI_TOOL_NAME] = decision.tool_name
-        if decision.tool_call_id:
-            attributes[sc.GEN_AI_TOOL_CALL_ID] = decision.tool_call_id
-        emit_handoff(
-            self.telemetry.tracer,
-            self.telemetry.metrics,
-            attributes,
-            self._parent(decision),
-            decision.start_ns,
-            end_ns,
-            error,
+        end_ns = max(end_ns, decision.start_ns)
+        emit(
+            self.telemetry,
+            HandoffRecord(
+                start_ns=decision.start_ns,
+                end_ns=end_ns,
+                sequence=decision.sequence,
+                outcome=outcome,
+                parent=self.conversation.parent(decision.parent),
+                from_agent=decision.from_agent,
+                to_agent=getattr(decision.target, "agent_name", None) or next_speaker or None,
+                kind=decision.kind,
+                tool_name=decision.tool_name or None,
+                tool_call_id=decision.tool_call_id or None,
+                error=error,
+                attributes=attributes,
+                duration=(end_ns - decision.start_ns) / 1e9,
+            ),
         )
-
-
-def emit_handoff(
-    tracer: trace.Tracer,
-    metrics: HandoffMetrics,
-    attributes: dict[str, Any],
-    parent: otel_context.Context,
-    start_ns: int,
-    end_ns: int,
-    error: BaseException | None = None,
-) -> None:
-    """One finished ``agent_handoff`` span, created with its real times, and its metrics."""
-    attributes[sc.DURATION] = max(0, end_ns - start_ns) / 1e9
-    span = tracer.start_span(
-        sc.SPAN_HANDOFF, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_ns
-    )
-    if error is not None:
-        set_error(span, error)
-    span.end(end_time=end_ns)
-    metrics.record_handoff(attributes[sc.DURATION], attributes, trace.set_span_in_context(span))

@@ -17,10 +17,6 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 from .package import (
-    NEWEST_TESTED_CLASSIC,
-    NEWEST_TESTED_NETWORK,
-    TESTED_CLASSIC,
-    TESTED_NETWORK,
     _instruments_any,
 )
 
@@ -64,17 +60,6 @@ def dependencies() -> tuple[str, ...]:
     return _instruments_any
 
 
-def _note_untested(framework: str, installed: str, newest_tested: str, tested: str) -> None:
-    if Version(installed) > Version(newest_tested):
-        _LOG.info(
-            "otel-handoff: %s %s is newer than the releases tested (%s); every wrap point was "
-            "found, so it is instrumented.",
-            framework,
-            installed,
-            tested,
-        )
-
-
 def detect() -> AG2Features | None:
     """Read what the classic ``autogen`` package offers; None when it is not installed."""
     if importlib.util.find_spec("autogen") is None:
@@ -110,10 +95,6 @@ def detect() -> AG2Features | None:
     return features
 
 
-def classic_untested_note(features: AG2Features) -> None:
-    _note_untested("autogen (classic AG2)", features.version, NEWEST_TESTED_CLASSIC, TESTED_CLASSIC)
-
-
 def network_version() -> str | None:
     """The ag2 version when ``ag2.network`` (ag2 >= 1) is installed, else None."""
     try:
@@ -125,7 +106,3 @@ def network_version() -> str | None:
     if installed is None or Version(installed) < Version("1.0"):
         return None  # ag2 0.13-0.14 ship the same code as the autogen.beta preview: not covered
     return installed
-
-
-def network_untested_note(installed: str) -> None:
-    _note_untested("ag2", installed, NEWEST_TESTED_NETWORK, TESTED_NETWORK)

@@ -44,9 +44,10 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..core import schema as sc
+from ..core.emit import emit
 from ..core.faults import guard
-from ..core.spans import ChatRoot, HandoffTelemetry
-from ._chat import emit_handoff
+from ..core.record import Conversation, HandoffRecord
+from ..core.spans import HandoffTelemetry
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
 _FOLDS_KEPT = 8  # per channel: folds noted but not yet confirmed as posted (replays overwrite)
@@ -102,10 +103,10 @@ class NetworkTelemetry(HandoffTelemetry):
         self.channels.clear()
         self.folds.clear()
 
-    def track(self, channel_id: str, hub: Any) -> ChannelTrack:
+    def track(self, channel_id: str, hub: Any, start_ns: int) -> ChannelTrack:
         track = self.channels.get(channel_id)
         if track is None:
-            track = self.channels[channel_id] = ChannelTrack(self, channel_id, hub)
+            track = self.channels[channel_id] = ChannelTrack(self, channel_id, hub, start_ns)
         return track
 
     # --- what the wrappers report -------------------------------------------------------
@@ -162,7 +163,7 @@ class HandoffListener(BaseHubListener):
         start_ns, state = noted
         decision = classify(envelope, state, start_ns)
         if decision is not None:
-            telemetry.track(envelope.channel_id, self._hub()).decide(decision)
+            telemetry.track(envelope.channel_id, self._hub(), start_ns).decide(decision)
 
     def _closed(self, channel_id: str) -> None:
         telemetry = self._telemetry
@@ -245,23 +246,22 @@ def _envelope_parent(envelope: Any) -> otel_context.Context | None:
 
 
 class ChannelTrack:
-    """One workflow channel: its pending decision, its handoff count and (maybe) its root span."""
+    """One workflow channel: its pending decision and its conversation (count, maybe a root)."""
 
-    __slots__ = ("_root", "channel_id", "early_turns", "handoffs", "hub", "pending", "telemetry")
+    __slots__ = ("channel_id", "conversation", "early_turns", "hub", "pending", "telemetry")
 
-    def __init__(self, telemetry: NetworkTelemetry, channel_id: str, hub: Any) -> None:
+    def __init__(self, telemetry: NetworkTelemetry, channel_id: str, hub: Any, start_ns: int) -> None:
         self.telemetry = telemetry
         self.channel_id = channel_id
         self.hub = weakref.ref(hub) if hub is not None else lambda: None
-        self.handoffs = 0
         self.pending: Decision | None = None
         # envelope id -> (agent id, time): turns begun before the hub told us their envelope was posted
         self.early_turns: OrderedDict[str, tuple[str | None, int]] = OrderedDict()
-        self._root: ChatRoot | None = None
+        # the channel id is AG2's own name for the conversation: gen_ai.conversation.id
+        self.conversation = Conversation(telemetry, start_ns, conversation_id=channel_id)
 
     def decide(self, decision: Decision) -> None:
-        self.handoffs += 1
-        decision.sequence = self.handoffs
+        decision.sequence = self.conversation.next_sequence()
         if self.pending is not None:  # never landed: the channel moved on without its turn
             self._emit(self.pending, sc.OUTCOME_SKIPPED, decision.start_ns)
         early = self.early_turns.pop(decision.envelope_id, None)
@@ -295,45 +295,39 @@ class ChannelTrack:
                 landed = closed_as_decided and pending.to_agent_id is None
                 self._emit(pending, sc.OUTCOME_COMPLETED if landed else sc.OUTCOME_SKIPPED, end_ns)
         finally:
-            if self._root is not None:
-                self._root.end(self.handoffs, end_ns)
-
-    def _parent(self, decision: Decision) -> otel_context.Context:
-        if decision.parent is not None:
-            return decision.parent
-        if self._root is None:
-            telemetry = self.telemetry
-            self._root = ChatRoot(telemetry.tracer, telemetry.static_attributes, decision.start_ns, None)
-        return self._root.context()
+            self.conversation.end(end_ns)
 
     def _emit(
         self, decision: Decision, outcome: str, end_ns: int, error: BaseException | None = None
     ) -> None:
+        """The decision as a record: decision-to-landing is its duration."""
         hub = self.hub()
-        attributes = dict(self.telemetry.static_attributes)
-        attributes[sc.KIND] = decision.kind
-        attributes[sc.SEQUENCE] = decision.sequence
-        attributes[sc.OUTCOME] = outcome
-        attributes[sc.GEN_AI_HANDOFF_FROM_AGENT] = _name(hub, decision.from_agent_id)
-        attributes[sc.FROM_AGENT_ID] = decision.from_agent_id
-        if decision.to_agent_id is not None:
-            attributes[sc.GEN_AI_HANDOFF_TO_AGENT] = _name(hub, decision.to_agent_id)
-            attributes[sc.TO_AGENT_ID] = decision.to_agent_id
+        attributes: dict[str, Any] = {}
         if decision.condition_type:
             attributes[sc.CONDITION_TYPE] = decision.condition_type
         if decision.target_type:
             attributes[sc.TARGET_TYPE] = decision.target_type
-        if decision.tool_name:
-            attributes[sc.GEN_AI_TOOL_NAME] = decision.tool_name
-        telemetry = self.telemetry
-        emit_handoff(
-            telemetry.tracer,
-            telemetry.metrics,
-            attributes,
-            self._parent(decision),
-            decision.start_ns,
-            end_ns,
-            error,
+        to_id = decision.to_agent_id
+        end_ns = max(end_ns, decision.start_ns)
+        emit(
+            self.telemetry,
+            HandoffRecord(
+                start_ns=decision.start_ns,
+                end_ns=end_ns,
+                sequence=decision.sequence,
+                outcome=outcome,
+                parent=self.conversation.parent(decision.parent),
+                from_agent=_name(hub, decision.from_agent_id),
+                from_agent_id=decision.from_agent_id,
+                to_agent=_name(hub, to_id) if to_id is not None else None,
+                to_agent_id=to_id,
+                kind=decision.kind,
+                tool_name=decision.tool_name or None,
+                conversation_id=self.channel_id,
+                error=error,
+                attributes=attributes,
+                duration=(end_ns - decision.start_ns) / 1e9,
+            ),
         )
 
 

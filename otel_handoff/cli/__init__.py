@@ -9,23 +9,15 @@ import os
 import sys
 from collections.abc import Sequence
 
+from ..core.frameworks import BY_KEY
 from ..version import __version__
 from .summary import FORMATS
 
-# --framework -> (module whose import proves the framework is there, what to install otherwise)
-_DEMO_NEEDS = {
-    "livekit": (
-        "livekit.agents",
-        "otel-handoff demo needs livekit-agents: pip install 'otel-handoff[livekit]'",
-    ),
-    "ag2": (
-        "ag2.network",
-        "otel-handoff demo --framework ag2 needs ag2 >= 1: pip install 'otel-handoff[ag2]'",
-    ),
-    "pipecat": (
-        "pipecat.flows",
-        "otel-handoff demo --framework pipecat needs pipecat-ai >= 1.5: pip install 'otel-handoff[pipecat]'",
-    ),
+# the demo of each framework: (its runner module, its coroutine function)
+_DEMOS = {
+    "livekit": ("demo", "run_demo"),
+    "ag2": ("demo_ag2", "run_ag2_demo"),
+    "pipecat": ("demo_pipecat", "run_pipecat_demo"),
 }
 
 
@@ -47,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--export", metavar="FILE", help="also write the spans to FILE as OTLP JSON Lines")
     demo.add_argument(
         "--framework",
-        choices=sorted(_DEMO_NEEDS),
+        choices=sorted(_DEMOS),
         default="livekit",
         help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
         "pipecat: Pipecat Flows",
@@ -95,24 +87,24 @@ def _use_color() -> bool:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    module, needs = _DEMO_NEEDS[args.framework]
+    framework = BY_KEY[args.framework]
     try:
-        importlib.import_module(module)
+        importlib.import_module(framework.demo_module)
     except ImportError as exc:
-        if not module.startswith(exc.name or "\0"):
+        if not framework.demo_module.startswith(exc.name or "\0"):
             raise
-        print(needs, file=sys.stderr)
+        needs = " or ".join(framework.extra_requires)
+        print(
+            f"otel-handoff demo --framework {framework.key} needs {needs}: {framework.install_hint}",
+            file=sys.stderr,
+        )
         return 2
 
     from .demo_export import DemoSetupError
     from .waterfall import render_handoffs
 
-    if args.framework == "ag2":
-        from .demo_ag2 import run_ag2_demo as run
-    elif args.framework == "pipecat":
-        from .demo_pipecat import run_pipecat_demo as run
-    else:
-        from .demo import run_demo as run
+    module, function = _DEMOS[args.framework]
+    run = getattr(importlib.import_module(f"{__name__}.{module}"), function)
     try:
         result = asyncio.run(run(export_path=args.export))
     except DemoSetupError as exc:

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .._configure import exporters, shutdown_within
+from ..export import exporters, shutdown_within
 from . import otlp_json
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"

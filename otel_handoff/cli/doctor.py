@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import _auto
+from ..core.frameworks import ANY_HINT, FRAMEWORKS
 from ..version import __version__
 
 _CONNECT_TIMEOUT = 2.0
@@ -47,7 +48,7 @@ def _frameworks(report: Report) -> None:
     report.say("Frameworks")
     disabled = _auto.disabled_entry_points()
     found = False
-    for framework in _auto.FRAMEWORKS:
+    for framework in FRAMEWORKS:
         version = _auto.installed(framework)
         label = "/".join(framework.distributions)
         if version is None:
@@ -61,15 +62,13 @@ def _frameworks(report: Report) -> None:
             report.say(f"  {label} {version}: NOT supported (needs {wanted})")
             report.problem(
                 f"{label} {version} is not supported by otel-handoff {__version__}",
-                f"pip install 'otel-handoff[{framework.extra}]' (installs a supported release)",
+                f"{framework.install_hint} (installs a supported release)",
             )
             continue
         state = f"disabled by {_auto.DISABLED_ENV}" if framework.entry_point in disabled else "will be traced"
         report.say(f"  {label} {version}: supported ({wanted}); entry point {framework.entry_point}: {state}")
     if not found:
-        report.problem(
-            "no supported framework is installed", "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat])"
-        )
+        report.problem("no supported framework is installed", ANY_HINT)
 
 
 def _start_up_hook() -> Path | None:
@@ -118,10 +117,10 @@ def _answers(endpoint: str) -> str | None:
 def _export(report: Report) -> None:
     from opentelemetry import trace
 
-    from .. import _configure
+    from .. import export
 
     report.say("Export")
-    if _configure._sdk_disabled():
+    if export.sdk_disabled():
         report.say("  OTEL_SDK_DISABLED=true: nothing is exported")
         return
     provider = trace.get_tracer_provider()
@@ -132,11 +131,11 @@ def _export(report: Report) -> None:
         )
     else:
         report.say(f"  provider: {type(provider).__module__}.{type(provider).__name__} (kept as is)")
-    report.say(f"  service.name: {_configure._resource(None).attributes.get('service.name')}")
+    report.say(f"  service.name: {export.resource(None).attributes.get('service.name')}")
 
-    spans_out, metrics_out = _configure.exporters(log=False)  # the problems are this report's
+    spans_out, metrics_out = export.exporters(log=False)  # the problems are this report's
     exporters = {"traces": spans_out, "metrics": metrics_out}
-    for found in _configure.problems():  # one line each: the variable, what it accepts
+    for found in export.problems():  # one line each: the variable, what it accepts
         report.problem(f"{found.variable} {found.problem}", found.accepted)
     for signal, built in exporters.items():
         if not built:

@@ -1,17 +1,16 @@
 """``otel-handoff summary``: how handoffs did across many calls, from spans already exported.
 
-Reads ``agent_handoff`` spans (and their ``on_enter`` children and linked ``first_speech``
-spans) from a file or a backend (see :mod:`otel_handoff.cli.span_sources`), groups them by
-framework and from → to agent pair, and reports per pair: count, outcomes, reuse rates and
-p50 / p95 / max / mean of the handoff duration and of each phase.
+Reads ``agent_handoff`` spans (and their phase children and linked spans) from a file or a
+backend (see :mod:`otel_handoff.cli.span_sources`), groups them by framework and from → to
+agent pair, and reports per pair: count, outcomes, reuse rates and p50 / p95 / max / mean of
+the handoff duration and of each phase.
 
 Percentiles are **nearest-rank**: the p-th percentile of n values is the ⌈p·n/100⌉-th smallest,
 always a value that was observed (so p50 ≤ p95 ≤ max, and one handoff gives one number).
 
-Phases come from the handoff span's ``agent_handoff.<phase>.duration`` attributes, ``on_enter``
-from the child span's
-``agent_handoff.on_enter.duration`` and ``first_speech`` from the linked span's
-``agent_handoff.first_speech.delay``. Phoenix keeps no links: there, a ``first_speech`` span is
+Phases, every framework's, come from the phase registry (``schema.PHASE_REGISTRY``): the
+handoff span's duration attributes, its child spans' (``on_enter``, ``realtime_update``) or its
+linked spans' (``first_speech``, ``reconnect``). Phoenix keeps no links: there, a ``first_speech`` span is
 matched to the handoff with the same parent that started at the same microsecond (it starts
 when the handoff is requested). As in the ``agent_handoff.phase.duration`` metric, queue and lock
 waits count only the handoffs that waited (the span says 0 for the others): their ``n`` is how
@@ -47,23 +46,10 @@ __all__ = [
     "summarize",
 ]
 
-# in the order a handoff goes through them
-PHASE_NAMES = (
-    "queue_wait",
-    "lock_wait",
-    "drain",
-    "pause",
-    "close",
-    "start",
-    "resume",
-    sc.PHASE_ON_ENTER,
-    sc.PHASE_FIRST_SPEECH,
-)
-_PHASE_ATTRIBUTES = {
-    "queue_wait": sc.QUEUE_WAIT_DURATION,
-    "lock_wait": sc.LOCK_WAIT_DURATION,
-    **{phase: attribute for phase, (_, attribute) in sc.PHASES.items()},
-}
+# every phase of every framework, in the order a handoff goes through them (the one registry)
+PHASE_NAMES = tuple(spec.name for spec in sc.PHASE_REGISTRY)
+# the agent names as otel-handoff 0.1 wrote them, so its exports still read
+_LEGACY_NAMES = {sc.FROM_AGENT_NAME: "gen_ai.handoff.from_agent", sc.TO_AGENT_NAME: "gen_ai.handoff.to_agent"}
 REUSE_FLAGS = {
     "stt": sc.STT_REUSED,
     "realtime_session": sc.REALTIME_SESSION_REUSED,
@@ -73,7 +59,6 @@ OUTCOMES = (sc.OUTCOME_COMPLETED, sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED, sc.OUTC
 NONE_AGENT = "(none)"  # an AG2 handoff that ended the chat has no target agent
 CHART_WIDTH = 40
 _LINKED_START_TOLERANCE_NS = 1_000  # backends round times to the microsecond
-_WAITS = ("queue_wait", "lock_wait")  # phases that only count when they happened (> 0)
 
 
 class SummaryError(Exception):
@@ -100,58 +85,64 @@ class HandoffRecord:
 
 
 def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
-    """Every ``agent_handoff`` span in ``spans`` with its on_enter and first_speech times.
+    """Every ``agent_handoff`` span in ``spans`` with the time of each of its phases.
 
-    A span seen twice (overlapping queries, an exporter's retry) counts once.
+    Where a phase's time is comes from the phase registry: an attribute of the handoff span
+    (work and waits; a wait counts only when it happened), its child spans (``on_enter``,
+    ``realtime_update``) or the spans linked to it (``first_speech``, ``reconnect``). A span
+    seen twice (overlapping queries, an exporter's retry) counts once.
     """
     spans = list({(s.trace_id, s.span_id): s for s in spans}.values())
     handoffs = [s for s in spans if s.name == sc.SPAN_HANDOFF]
-    on_enter: dict[tuple[str, str], SpanRecord] = {}
-    first_speech: dict[tuple[str, str], SpanRecord] = {}
+    # (trace id, handoff span id) -> phase -> the related spans
+    related: dict[tuple[str, str], dict[str, list[SpanRecord]]] = {}
     unlinked_speech: list[SpanRecord] = []
     for span in spans:
-        if span.name == sc.SPAN_ON_ENTER and span.parent_id:
-            on_enter.setdefault((span.trace_id, span.parent_id), span)
-        elif span.name == sc.SPAN_FIRST_SPEECH:
-            if span.links:
-                for link in span.links:
-                    first_speech.setdefault((span.trace_id, link), span)
-            else:
-                unlinked_speech.append(span)
+        spec = sc.PHASES_BY_SPAN.get(span.name)
+        if spec is None or spec.on_handoff_span:
+            continue
+        if spec.role != sc.ROLE_LINKED:
+            if span.parent_id:
+                related.setdefault((span.trace_id, span.parent_id), {}).setdefault(spec.name, []).append(span)
+        elif span.links:
+            for link in span.links:
+                related.setdefault((span.trace_id, link), {}).setdefault(spec.name, []).append(span)
+        elif spec.name == sc.PHASE_FIRST_SPEECH:
+            unlinked_speech.append(span)
     for speech in unlinked_speech:
         handoff = _same_request(speech, handoffs)
         if handoff is not None:
-            first_speech.setdefault((handoff.trace_id, handoff.span_id), speech)
+            by_phase = related.setdefault((handoff.trace_id, handoff.span_id), {})
+            by_phase.setdefault(sc.PHASE_FIRST_SPEECH, []).append(speech)
 
     result = []
     for span in sorted(handoffs, key=lambda s: (s.start_ns or 0, s.span_id)):
-        key = (span.trace_id, span.span_id)
-        phases = {
-            phase: _seconds(span, attribute)
-            for phase, attribute in _PHASE_ATTRIBUTES.items()
-            if span.attributes.get(attribute) is not None
-        }
-        phases = {phase: value for phase, value in phases.items() if value > 0 or phase not in _WAITS}
-        for phase, spans_by_key, attribute in (
-            (sc.PHASE_ON_ENTER, on_enter, sc.ON_ENTER_DURATION),
-            (sc.PHASE_FIRST_SPEECH, first_speech, sc.FIRST_SPEECH_DELAY),
-        ):
-            related = spans_by_key.get(key)
-            if related is not None and (seconds := _span_seconds(related, attribute)) is not None:
-                phases[phase] = seconds
         attributes = span.attributes
+        around = related.get((span.trace_id, span.span_id), {})
+        phases: dict[str, float] = {}
+        for spec in sc.PHASE_REGISTRY:
+            if spec.on_handoff_span:
+                if attributes.get(spec.duration_attribute) is None:
+                    continue
+                seconds = _seconds(span, spec.duration_attribute)
+                if seconds > 0 or spec.role != sc.ROLE_WAIT:
+                    phases[spec.name] = seconds
+            elif spec.name in around:
+                times = [_span_seconds(s, spec.duration_attribute) for s in around[spec.name]]
+                if any(t is not None for t in times):
+                    phases[spec.name] = sum(t for t in times if t is not None)
         outcome = attributes.get(sc.OUTCOME)
         if outcome is None:
             outcome = sc.OUTCOME_ERROR if span.status == "ERROR" else "unknown"
         result.append(
             HandoffRecord(
                 framework=str(attributes.get(sc.FRAMEWORK) or "unknown"),
-                from_agent=str(attributes.get(sc.GEN_AI_HANDOFF_FROM_AGENT) or NONE_AGENT),
-                to_agent=str(attributes.get(sc.GEN_AI_HANDOFF_TO_AGENT) or NONE_AGENT),
+                from_agent=_agent(attributes, sc.FROM_AGENT_NAME),
+                to_agent=_agent(attributes, sc.TO_AGENT_NAME),
                 via=str(attributes.get(sc.TRIGGER) or attributes.get(sc.KIND) or "?"),
                 outcome=str(outcome),
                 duration=_span_seconds(span, sc.DURATION),
-                phases={phase: phases[phase] for phase in PHASE_NAMES if phase in phases},
+                phases=phases,
                 reuse={
                     name: _flag(span, attribute)
                     for name, attribute in REUSE_FLAGS.items()
@@ -160,6 +151,10 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
             )
         )
     return result
+
+
+def _agent(attributes: Mapping[str, Any], key: str) -> str:
+    return str(attributes.get(key) or attributes.get(_LEGACY_NAMES[key]) or NONE_AGENT)
 
 
 def _same_request(speech: SpanRecord, handoffs: Sequence[SpanRecord]) -> SpanRecord | None:

@@ -23,38 +23,21 @@ _LABEL_WIDTH = 20
 _EIGHTHS = " ▏▎▍▌▋▊▉"  # index n: a cell filled n/8 from the left
 _FULL = "█"
 
-# order of phases that start at the same instant (an instant phase may have zero length)
-_PHASE_ORDER = {
-    name: rank
-    for rank, name in enumerate(
-        (
-            sc.SPAN_QUEUE_WAIT,
-            sc.SPAN_LOCK_WAIT,
-            sc.SPAN_DRAIN,
-            sc.SPAN_PAUSE,
-            sc.SPAN_CLOSE,
-            sc.SPAN_START,
-            sc.SPAN_RESUME,
-            sc.SPAN_ON_ENTER,
-        )
-    )
-}
+# order of phases that start at the same instant (an instant phase may have zero length): the registry's
+_PHASE_ORDER = {spec.span: rank for rank, spec in enumerate(sc.PHASE_REGISTRY)}
 
-# ANSI colours per phase, used only when the caller asks for colour
+# ANSI colours per phase role, used only when the caller asks for colour
 _RESET = "\x1b[0m"
 _DIM = "\x1b[2m"
 _BOLD = "\x1b[1m"
 _RED = "\x1b[31m"
-_COLOURS = {
-    sc.SPAN_QUEUE_WAIT: "\x1b[33m",
-    sc.SPAN_LOCK_WAIT: "\x1b[33m",
-    sc.SPAN_DRAIN: "\x1b[35m",
-    sc.SPAN_PAUSE: "\x1b[35m",
-    sc.SPAN_CLOSE: "\x1b[35m",
-    sc.SPAN_START: "\x1b[32m",
-    sc.SPAN_RESUME: "\x1b[32m",
-    sc.SPAN_ON_ENTER: "\x1b[36m",
+_ROLE_COLOURS = {
+    sc.ROLE_WAIT: "\x1b[33m",
+    sc.ROLE_WORK: "\x1b[32m",
+    sc.ROLE_NESTED: "\x1b[34m",
+    sc.ROLE_AFTER: "\x1b[36m",
 }
+_COLOURS = {spec.span: _ROLE_COLOURS.get(spec.role, "") for spec in sc.PHASE_REGISTRY}
 
 
 def render_handoffs(spans: Iterable[ReadableSpan], *, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
@@ -116,9 +99,9 @@ def _ms(start_ns: int, end_ns: int) -> float:
 def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
     """(sequence, from → to, trigger, total, outcome) as plain strings, for alignment."""
     sequence = _attr(handoff, sc.SEQUENCE)
-    from_agent = _attr(handoff, sc.GEN_AI_HANDOFF_FROM_AGENT) or "(none)"
-    to_agent = _attr(handoff, sc.GEN_AI_HANDOFF_TO_AGENT) or "(none)"
-    trigger = str(_attr(handoff, sc.TRIGGER) or _attr(handoff, sc.KIND) or "?")  # LiveKit / AG2
+    from_agent = _attr(handoff, sc.FROM_AGENT_NAME) or "(none)"
+    to_agent = _attr(handoff, sc.TO_AGENT_NAME) or "(none)"
+    trigger = str(_attr(handoff, sc.TRIGGER) or _attr(handoff, sc.KIND) or "?")
     tool = _attr(handoff, sc.GEN_AI_TOOL_NAME)
     if tool:
         trigger = f"{trigger}:{tool}"
@@ -177,7 +160,7 @@ def _render_one(
         axis = "0".ljust(width - len(axis_end) + 2) + axis_end
         lines.append(style.dim(f"{indent}{'':<{_LABEL_WIDTH}} {axis}"))
 
-    if _attr(handoff, sc.FRAMEWORK) == sc.FRAMEWORK_LIVEKIT:  # only LiveKit hands resources over
+    if _attr(handoff, sc.STT_REUSED) is not None:  # a framework that hands resources over
         lines.append(f"{indent}{_reuse_line(handoff)}")
     return lines
 

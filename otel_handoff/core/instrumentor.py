@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.utils import unwrap
+from packaging.version import Version
+from wrapt import wrap_function_wrapper
 
 from ..version import __version__
 from . import schema as sc
+from .faults import report
 from .metrics import HandoffMetrics
+
+# (module, "Class.method" or "function", wrapper)
+WrapPoint = tuple[str, str, Any]
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.28.0"
 
@@ -23,14 +31,73 @@ class HandoffInstrumentor(BaseInstrumentor):
     (once the framework is there) must not be turned away as "already instrumented".
     """
 
-    # (module, name, ...) of every wrap point in place, set by ``_instrument``
-    _wrapped: tuple[tuple[Any, ...], ...] = ()
+    # (module, name, defined on the owner itself rather than inherited) of every wrap point in place
+    _wrapped: tuple[tuple[str, str, bool], ...] = ()
 
     def instrument(self, **kwargs: Any) -> Any:
         result = super().instrument(**kwargs)
         if not type(self)._wrapped:
             self._is_instrumented_by_opentelemetry = False
         return result
+
+    def wrap_all(
+        self,
+        points: list[WrapPoint],
+        *,
+        release: str,
+        version: str,
+        tested: str,
+        newest_tested: str,
+        what: str,
+    ) -> bool:
+        """Wrap every point or none (all or nothing); one log line when refused or untested.
+
+        ``release`` names the distribution (``"livekit-agents"``), ``what`` what goes untraced
+        when a point is missing (``"handoffs are"``). A method a class inherits is wrapped on
+        that class only, and removed again (not pinned) by :meth:`unwrap_all`.
+        """
+        missing = missing_wrap_points(points)
+        if missing:
+            self.refuse(release=release, version=version, missing=missing, what=what, tested=tested)
+            return False
+        done: list[tuple[str, str, bool]] = []
+        try:
+            for module, name, wrapper in points:
+                owner, attr = resolve(module, name)
+                own = attr in vars(owner)
+                wrap_function_wrapper(owner, attr, wrapper)
+                done.append((module, name, own))
+        except Exception as exc:  # a wrap point that looked right but is not: nothing stays patched
+            _unwrap(done)
+            report("instrument()", exc)
+            return False
+        type(self)._wrapped += tuple(done)
+        if Version(version) > Version(newest_tested):
+            logging.getLogger(type(self).__module__).info(
+                "otel-handoff: %s %s is newer than the releases tested (%s); every wrap point and "
+                "feature check held, so it is instrumented.",
+                release,
+                version,
+                tested,
+            )
+        return True
+
+    def refuse(self, *, release: str, version: str, missing: list[str], what: str, tested: str) -> None:
+        """The one line saying a release lacks what we wrap, so it is left alone."""
+        logging.getLogger(type(self).__module__).error(
+            "otel-handoff: %s %s lacks %s; %s not traced. Install a tested release (%s).",
+            release,
+            version,
+            ", ".join(missing),
+            what,
+            tested,
+        )
+
+    def unwrap_all(self) -> None:
+        """Undo every wrap point :meth:`wrap_all` put in place."""
+        cls = type(self)
+        wrapped, cls._wrapped = cls._wrapped, ()
+        _unwrap(wrapped)
 
     @staticmethod
     def telemetry_parts(scope: str, kwargs: dict[str, Any]) -> tuple[trace.Tracer, HandoffMetrics]:
@@ -57,7 +124,16 @@ def resolve(module: str, name: str) -> tuple[Any, str]:
     return (getattr(target, owner_name) if owner_name else target), attr
 
 
-def missing_wrap_points(points: list[tuple[str, str, Any]]) -> list[str]:
+def _unwrap(wrapped: Any) -> None:
+    for module, name, own in wrapped:
+        owner, attr = resolve(module, name)
+        if own:
+            unwrap(owner, attr)
+        else:
+            delattr(owner, attr)  # was inherited: drop our override rather than pin a copy
+
+
+def missing_wrap_points(points: list[WrapPoint]) -> list[str]:
     """Wrap points this release does not have: then none of them is wrapped (all or nothing)."""
     missing = []
     for module, name, _ in points:

@@ -51,11 +51,6 @@ class HandoffMetrics:
         self._duration.record(seconds, attributes, context=handoff)
         self._count.add(1, attributes, context=handoff)
 
-    def record_phase(
-        self, phase: str, seconds: float, span_attributes: Mapping[str, Any], handoff: Context
-    ) -> None:
-        self.record_phases(((phase, seconds),), span_attributes, handoff)
-
     def record_phases(
         self, phases: Iterable[tuple[str, float]], span_attributes: Mapping[str, Any], handoff: Context
     ) -> None:

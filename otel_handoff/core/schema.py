@@ -6,6 +6,8 @@ depend on them. The README's span table documents every entry here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- span names -------------------------------------------------------------------------
 SPAN_HANDOFF = "agent_handoff"
 SPAN_QUEUE_WAIT = "agent_handoff.queue_wait"
@@ -24,13 +26,14 @@ SPAN_FIRST_SPEECH = "agent_handoff.first_speech"
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
-GEN_AI_HANDOFF_FROM_AGENT = "gen_ai.handoff.from_agent"
-GEN_AI_HANDOFF_TO_AGENT = "gen_ai.handoff.to_agent"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"  # only where the framework or app knows it
 ERROR_TYPE = "error.type"
 
 OPERATION_HANDOFF = "agent_handoff"
 
-# --- otel-handoff attributes ----------------------------------------------------------
+# --- otel-handoff attributes (GenAI semconv defines no handoff attributes) --------------
+FROM_AGENT_NAME = "agent_handoff.from_agent.name"
+TO_AGENT_NAME = "agent_handoff.to_agent.name"
 FROM_AGENT_ID = "agent_handoff.from_agent.id"
 TO_AGENT_ID = "agent_handoff.to_agent.id"
 FRAMEWORK = "agent_handoff.framework"
@@ -72,8 +75,8 @@ PHASE = "agent_handoff.phase"
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 # span attributes that are also metric attributes: bounded cardinality, nothing per call
 METRIC_ATTRIBUTES = (
-    GEN_AI_HANDOFF_FROM_AGENT,
-    GEN_AI_HANDOFF_TO_AGENT,
+    FROM_AGENT_NAME,
+    TO_AGENT_NAME,
     FRAMEWORK,
     TRIGGER,
     KIND,
@@ -82,7 +85,7 @@ METRIC_ATTRIBUTES = (
     REALTIME_SESSION_REUSED,
     TURN_DETECTOR_REUSED,
 )
-PHASE_METRIC_ATTRIBUTES = (GEN_AI_HANDOFF_FROM_AGENT, GEN_AI_HANDOFF_TO_AGENT, FRAMEWORK, KIND)
+PHASE_METRIC_ATTRIBUTES = (FROM_AGENT_NAME, TO_AGENT_NAME, FRAMEWORK, KIND)
 
 PHASE_QUEUE_WAIT = "queue_wait"
 PHASE_LOCK_WAIT = "lock_wait"
@@ -100,6 +103,10 @@ OUTCOME_COMPLETED = "completed"
 OUTCOME_ERROR = "error"
 OUTCOME_SKIPPED = "skipped"
 OUTCOME_REJECTED = "rejected"
+
+# error.type values that are not an exception's type name
+ERROR_TIMEOUT = "timeout"  # the framework gave up waiting
+ERROR_CANCELLED = "cancelled"  # the handoff's task was cancelled outside a session close
 
 # why a resource was not handed to the new agent: the framework's own conditions
 BLOCKED_RELEASE = "framework_version"  # this livekit-agents release cannot reuse (< 1.5.3)
@@ -140,15 +147,6 @@ PAUSE = "pause"
 DRAIN = "drain"
 START = "start"
 RESUME = "resume"
-
-# phase name -> (child span name, duration attribute on agent_handoff)
-PHASES: dict[str, tuple[str, str]] = {
-    "drain": (SPAN_DRAIN, DRAIN_DURATION),
-    "pause": (SPAN_PAUSE, PAUSE_DURATION),
-    "close": (SPAN_CLOSE, CLOSE_DURATION),
-    "start": (SPAN_START, START_DURATION),
-    "resume": (SPAN_RESUME, RESUME_DURATION),
-}
 
 # --- AG2 -------------------------------------------------------------------------------
 # group chats of the classic `autogen` package (ag2 0.9 to 0.14, autogen 0.14)
@@ -197,14 +195,58 @@ CONTEXT_UPDATE_DURATION = "agent_handoff.context_update.duration"
 CONTEXT_STRATEGY = "agent_handoff.context_strategy"  # append, reset or reset_with_summary
 ACTIONS = "agent_handoff.actions"  # the action types of a pre_actions / post_actions span
 
-ERROR_TIMEOUT = "timeout"
 
-# Flows phase -> (child span name, duration attribute); the duration is the sum of these
-FLOWS_PHASES: dict[str, tuple[str, str]] = {
-    "handler": (SPAN_HANDLER, HANDLER_DURATION),
-    "pre_actions": (SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION),
-    "summary": (SPAN_SUMMARY, SUMMARY_DURATION),
-    "context_update": (SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION),
-    "post_actions": (SPAN_POST_ACTIONS, POST_ACTIONS_DURATION),
-}
 PHASE_FUNCTION_CALL_WAIT = "function_call_wait"
+PHASE_HANDLER = "handler"
+PHASE_PRE_ACTIONS = "pre_actions"
+PHASE_SUMMARY = "summary"
+PHASE_CONTEXT_UPDATE = "context_update"
+PHASE_POST_ACTIONS = "post_actions"
+PHASE_REALTIME_UPDATE = "realtime_update"
+
+# --- the phase registry: every phase of every framework ----------------------------------
+# What a phase is to the handoff, which decides where its time shows:
+ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
+ROLE_WAIT = "wait"  # only waiting (not in the duration); its duration attribute is on agent_handoff
+ROLE_AFTER = "after"  # runs once the new agent is in (may outlast the handoff); attribute on its span
+ROLE_NESTED = "nested"  # a detail inside another phase; attribute on its span
+ROLE_LINKED = "linked"  # its own span in the same trace, linked to agent_handoff; attribute on it
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    """One phase: its span, the attribute that holds its seconds, and its role."""
+
+    name: str
+    span: str
+    duration_attribute: str
+    role: str
+
+    @property
+    def on_handoff_span(self) -> bool:
+        """Is its duration an attribute of ``agent_handoff`` (else of its own span)?"""
+        return self.role in (ROLE_WORK, ROLE_WAIT)
+
+
+# in display order: the order a handoff goes through them, whatever the framework
+PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
+    PhaseSpec(PHASE_QUEUE_WAIT, SPAN_QUEUE_WAIT, QUEUE_WAIT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_LOCK_WAIT, SPAN_LOCK_WAIT, LOCK_WAIT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_HANDLER, SPAN_HANDLER, HANDLER_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_FUNCTION_CALL_WAIT, SPAN_FUNCTION_CALL_WAIT, FUNCTION_CALL_WAIT_DURATION, ROLE_WAIT),
+    PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK),
+    PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK),
+    PhaseSpec(CLOSE, SPAN_CLOSE, CLOSE_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_PRE_ACTIONS, SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_SUMMARY, SPAN_SUMMARY, SUMMARY_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_CONTEXT_UPDATE, SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION, ROLE_WORK),
+    PhaseSpec(START, SPAN_START, START_DURATION, ROLE_WORK),
+    PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
+    PhaseSpec(PHASE_POST_ACTIONS, SPAN_POST_ACTIONS, POST_ACTIONS_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_ON_ENTER, SPAN_ON_ENTER, ON_ENTER_DURATION, ROLE_AFTER),
+    PhaseSpec(PHASE_RECONNECT, SPAN_RECONNECT, RECONNECT_DURATION, ROLE_LINKED),
+    PhaseSpec(PHASE_FIRST_SPEECH, SPAN_FIRST_SPEECH, FIRST_SPEECH_DELAY, ROLE_LINKED),
+)
+PHASES: dict[str, PhaseSpec] = {spec.name: spec for spec in PHASE_REGISTRY}
+PHASES_BY_SPAN: dict[str, PhaseSpec] = {spec.span: spec for spec in PHASE_REGISTRY}

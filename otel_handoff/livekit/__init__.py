@@ -20,11 +20,8 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.utils import unwrap
-from packaging.version import Version
-from wrapt import wrap_function_wrapper
 
 from ..core import schema as sc
-from ..core.faults import report
 from ..core.instrumentor import HandoffInstrumentor
 from . import _features, _wrappers
 from .package import NEWEST_TESTED, TESTED, _instruments
@@ -107,9 +104,8 @@ def _its_stt(stream: Any) -> Any:
 
 
 class LiveKitHandoffInstrumentor(HandoffInstrumentor):
-    """Traces LiveKit Agents handoffs (livekit-agents 1.2 to 1.8)."""
+    """Traces LiveKit Agents handoffs (livekit-agents 1.2.18 and later)."""
 
-    _wrapped: tuple[tuple[str, str], ...] = ()
     _telemetry: _wrappers.LiveKitTelemetry | None = None
     _rejection_log: logging.Filter | None = None
 
@@ -127,37 +123,22 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
             features=features,
             static_attributes=self.static_attributes(sc.FRAMEWORK_LIVEKIT, features.version),
         )
-        wrapped: list[tuple[str, str]] = []
-        try:
-            for module, name, wrapper in _wrap_points(telemetry):
-                wrap_function_wrapper(module, name, wrapper)
-                wrapped.append((module, name))
-        except Exception as exc:  # e.g. a release that renamed a method: all or nothing
-            type(self)._wrapped = tuple(wrapped)
-            self._uninstrument()
-            report("instrument()", exc)
+        if not self.wrap_all(
+            _wrap_points(telemetry),
+            release="livekit-agents",
+            version=features.version,
+            tested=TESTED,
+            newest_tested=NEWEST_TESTED,
+            what="handoffs are",
+        ):
             return
-        type(self)._wrapped = tuple(wrapped)
         type(self)._telemetry = telemetry
-        if Version(features.version) > Version(NEWEST_TESTED):
-            _LOG.info(
-                "otel-handoff: livekit-agents %s is newer than the releases tested (%s); every wrap "
-                "point and feature check held, so it is instrumented.",
-                features.version,
-                TESTED,
-            )
         if features.tool_handoff_after_update == "rejected":
             self._rejection_log = _wrappers.RejectedHandoffLog(telemetry)
             logging.getLogger(_LIVEKIT_LOGGER).addFilter(self._rejection_log)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        import importlib
-
-        for module, name in type(self)._wrapped:
-            owner, _, attr = name.rpartition(".")
-            target = importlib.import_module(module)
-            unwrap(getattr(target, owner) if owner else target, attr)
-        type(self)._wrapped = ()
+        self.unwrap_all()
         if self._rejection_log is not None:
             logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
             self._rejection_log = None

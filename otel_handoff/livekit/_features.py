@@ -35,6 +35,19 @@ class LiveKitFeatures:
     tool_handoff_after_update: str | None = None
     # `RunContext._make_update_output`: the returned agent is still seen (1.8.x)
     update_output_hook: bool = False
+    # `get_job_context(required=False)`: the job a session runs in, if any
+    job_context: Any = None
+
+    def conversation_id(self) -> str | None:
+        """The room sid, which LiveKit 1.8 stamps as ``gen_ai.conversation.id`` on its own spans.
+
+        None outside a job: never made up (no UUIDs, trace ids or hashes).
+        """
+        if self.job_context is None:
+            return None
+        job = self.job_context(required=False)
+        sid = job.job.room.sid if job is not None else None
+        return sid if isinstance(sid, str) and sid else None
 
 
 def _has_param(func: Any, name: str) -> bool:
@@ -73,6 +86,14 @@ def _has_update_output_hook() -> bool:
     return hasattr(RunContext, "_make_update_output")
 
 
+def _job_context() -> Any:
+    try:
+        from livekit.agents import get_job_context
+    except ImportError:
+        return None
+    return get_job_context if _has_param(get_job_context, "required") else None
+
+
 def detect() -> LiveKitFeatures:
     """Read what the installed livekit-agents offers; log what is left out."""
     from livekit.agents import __version__
@@ -108,6 +129,7 @@ def detect() -> LiveKitFeatures:
         and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
         tool_handoff_after_update=_tool_handoff_after_update(),
         update_output_hook=_has_update_output_hook(),
+        job_context=_job_context(),
     )
     for flag, what in (
         ("queue_wait", "queue wait (no earlier-handoff await in _update_activity_task)"),

@@ -24,7 +24,7 @@ from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.faults import guard, report
-from ..core.metrics import HandoffMetrics
+from ..core.spans import HandoffTelemetry
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
 from ._reuse import realtime_blockers, stt_blockers
@@ -34,14 +34,12 @@ FINAL_UPDATE_SUFFIX = "_final"  # `RunContext._make_update_output` of a tool's r
 REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
 
 
-@dataclass
-class LiveKitTelemetry:
+@dataclass(kw_only=True)
+class LiveKitTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
-    tracer: trace.Tracer
-    metrics: HandoffMetrics
     features: LiveKitFeatures
-    static_attributes: dict[str, Any]
+    # session -> handoffs requested in it (agent_handoff.sequence)
     sequences: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
     # agent returned by a tool -> that tool; read when `update_agent(agent)` follows
     tool_causes: weakref.WeakKeyDictionary[Any, ToolCause] = field(default_factory=weakref.WeakKeyDictionary)
@@ -194,6 +192,7 @@ def _new_handoff(
         sequence=telemetry.next_sequence(session),
         queued=queued,
         tool=tool,
+        conversation_id=telemetry.features.conversation_id(),
     )
 
 

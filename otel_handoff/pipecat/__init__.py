@@ -17,22 +17,14 @@ only: never messages, function arguments or results, summaries or ``tts_say`` te
 from __future__ import annotations
 
 import functools
-import importlib
 import importlib.util
-import logging
 import time
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.utils import unwrap
-from packaging.version import Version
-from wrapt import wrap_function_wrapper
-
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, missing_wrap_points, resolve
+from ..core.instrumentor import HandoffInstrumentor
 from .package import NEWEST_TESTED, TESTED, _instruments
-
-_LOG = logging.getLogger(__name__)
 
 _MANAGER = "pipecat.flows.manager"
 _TYPES = "pipecat.flows.types"
@@ -77,7 +69,6 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
 class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
     """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
 
-    _wrapped: tuple[tuple[str, str], ...] = ()
     _telemetry: Any = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -93,28 +84,15 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
         installed = version("pipecat-ai")
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = FlowsTelemetry(tracer, metrics, self.static_attributes(sc.FRAMEWORK_PIPECAT, installed))
-        points = _wrap_points(telemetry)
-        missing = missing_wrap_points(points)
-        if missing:
-            _LOG.error(
-                "otel-handoff: pipecat-ai %s lacks %s; Flows transitions are not traced. "
-                "Install a tested release (%s).",
-                installed,
-                ", ".join(missing),
-                TESTED,
-            )
-            return
-        if Version(installed) > Version(NEWEST_TESTED):
-            _LOG.info(
-                "otel-handoff: pipecat-ai %s is newer than the releases tested (%s); every wrap point "
-                "was found, so it is instrumented.",
-                installed,
-                TESTED,
-            )
-        for module, name, wrapper in points:
-            wrap_function_wrapper(module, name, wrapper)
-        type(self)._wrapped = tuple((module, name) for module, name, _ in points)
-        type(self)._telemetry = telemetry
+        if self.wrap_all(
+            _wrap_points(telemetry),
+            release="pipecat-ai",
+            version=installed,
+            tested=TESTED,
+            newest_tested=NEWEST_TESTED,
+            what="Flows transitions are",
+        ):
+            type(self)._telemetry = telemetry
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
@@ -123,7 +101,5 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             telemetry.enabled = False  # observers left on running workers now pass everything by
             for state in list(telemetry.flows.values()):
                 state.finish(time.time_ns())
-        for module, name in cls._wrapped:
-            unwrap(*resolve(module, name))
-        cls._wrapped = ()
+        self.unwrap_all()
         cls._telemetry = None

@@ -24,7 +24,8 @@ from opentelemetry import trace
 
 from ..core import schema as sc
 from ..core.faults import guard
-from ._transition import FlowState, FlowsTelemetry, Phase, Transition
+from ..core.record import PhaseRecord
+from ._transition import FlowState, FlowsTelemetry, Transition
 
 
 @dataclasses.dataclass
@@ -33,7 +34,7 @@ class _ToolCall:
     name: str | None
     call_id: str | None
     pending_before: Any = None  # Flows' pending transition when the call began (another call's)
-    handler: Phase | None = None
+    handler: PhaseRecord | None = None
 
 
 _CALL: ContextVar[_ToolCall | None] = ContextVar("otel_handoff_flows_call", default=None)
@@ -136,10 +137,12 @@ def _note_request(telemetry: FlowsTelemetry, flow_manager: Any, call: _ToolCall)
     if pending is call.pending_before:
         return  # another call's transition, still waiting: this call asked for none
     now = time.time_ns()
+    state = telemetry.state(flow_manager)
     transition = Transition(
         trigger=sc.TRIGGER_TOOL,
         start_ns=call.start_ns,
         parent=_parent(flow_manager, sc.TRIGGER_TOOL),
+        sequence=state.conversation.next_sequence(),
         tool_name=call.name,
         tool_call_id=call.call_id,
         requested_ns=now,
@@ -147,8 +150,8 @@ def _note_request(telemetry: FlowsTelemetry, flow_manager: Any, call: _ToolCall)
         to_node=_node_name(pending["next_node"]),
     )
     if call.handler is not None:
-        transition.phases["handler"] = call.handler
-    telemetry.state(flow_manager).request(transition)
+        transition.phases[sc.PHASE_HANDLER] = call.handler
+    state.request(transition)
 
 
 async def wrap_call_handler(
@@ -157,7 +160,7 @@ async def wrap_call_handler(
     call = _CALL.get()
     if call is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    phase = Phase(time.time_ns())
+    phase = PhaseRecord(sc.PHASE_HANDLER, time.time_ns())
     try:
         return await wrapped(*args, **kwargs)
     finally:
@@ -190,7 +193,9 @@ def _ready(telemetry: FlowsTelemetry, flow_manager: Any) -> Transition | None:
         transition.waited = True  # another function call is still running: Flows waits for it
         return None
     if transition.waited:
-        transition.phases[sc.PHASE_FUNCTION_CALL_WAIT] = Phase(transition.requested_ns, time.time_ns())
+        transition.phases[sc.PHASE_FUNCTION_CALL_WAIT] = PhaseRecord(
+            sc.PHASE_FUNCTION_CALL_WAIT, transition.requested_ns, time.time_ns()
+        )
     return transition
 
 
@@ -247,6 +252,7 @@ def _begin(
             trigger=sc.TRIGGER_API,
             start_ns=requested,
             parent=_parent(flow_manager, sc.TRIGGER_API),
+            sequence=state.conversation.next_sequence(),
             requested_ns=requested,
         )
         state.drop_pending(now)  # Flows drops a tool's pending transition for this one
@@ -271,19 +277,21 @@ async def wrap_execute_actions(
     pre = _arg(args, kwargs, 0, "pre_actions")
     actions = pre or _arg(args, kwargs, 1, "post_actions") or ()
     types = tuple(str(a.get("type")) for a in actions if isinstance(a, dict))
-    return await _timed(telemetry, "pre_actions" if pre else "post_actions", wrapped, args, kwargs, types)
+    return await _timed(
+        telemetry, sc.PHASE_PRE_ACTIONS if pre else sc.PHASE_POST_ACTIONS, wrapped, args, kwargs, types
+    )
 
 
 async def wrap_update_llm_context(
     telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
-    return await _timed(telemetry, "context_update", wrapped, args, kwargs)
+    return await _timed(telemetry, sc.PHASE_CONTEXT_UPDATE, wrapped, args, kwargs)
 
 
 async def wrap_create_summary(
     telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
-    return await _timed(telemetry, "summary", wrapped, args, kwargs)
+    return await _timed(telemetry, sc.PHASE_SUMMARY, wrapped, args, kwargs)
 
 
 async def _timed(
@@ -298,12 +306,13 @@ async def _timed(
     transition = _CURRENT.get()
     if transition is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    phase = transition.phases[name] = Phase(time.time_ns(), actions=actions)
+    attributes = {sc.ACTIONS: list(actions)} if actions else None
+    phase = transition.phases[name] = PhaseRecord(name, time.time_ns(), attributes=attributes)
     try:
         return await wrapped(*args, **kwargs)
     except asyncio.CancelledError:
-        if name == "summary":  # Flows' 5 s wait_for gave up on it and falls back to APPEND
-            phase.error_type = sc.ERROR_TIMEOUT
+        if name == sc.PHASE_SUMMARY:  # Flows' 5 s wait_for gave up on it and falls back to APPEND
+            phase.error = sc.ERROR_TIMEOUT
         raise
     finally:
         phase.end_ns = time.time_ns()

@@ -1,0 +1,173 @@
+"""The one emitter: a :class:`HandoffRecord` becomes its spans and metrics, for every framework.
+
+The ``agent_handoff`` span and its phase children are made back to back, with the real times
+the record holds, once the handoff is over: nothing is left open or made current. Phases that
+end later (LiveKit's ``on_enter``) and linked spans (``first_speech``, ``reconnect``) go through
+:func:`emit_late_phase` and :func:`emit_linked`, which take the :class:`Emitted` handle.
+
+One error convention everywhere (:func:`set_error`): status ERROR and ``error.type``, the
+exception's type name and never its message, which can quote the conversation; no
+``exception`` event, which would only repeat the type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, NamedTuple
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, SpanKind
+
+from . import schema as sc
+from .record import HandoffRecord, PhaseRecord
+from .spans import HandoffTelemetry, set_error
+
+_PHASES = sc.PHASES
+
+
+class Emitted(NamedTuple):
+    """What later spans of a handoff need once its span is made."""
+
+    span_context: trace.SpanContext
+    context: otel_context.Context  # holds the handoff span: children's parent, exemplars' context
+    parent: otel_context.Context  # the handoff's own parent: where linked spans go
+    recording: bool
+    attributes: dict[str, Any]  # the span's (the metrics pick from them)
+
+
+def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
+    """Make the record's ``agent_handoff`` span, its phase children and its metrics."""
+    attributes = _attributes(telemetry, record)
+    parent = record.parent if record.parent is not None else otel_context.get_current()
+    if sc.GEN_AI_CONVERSATION_ID not in attributes:
+        _inherit_conversation_id(parent, attributes)
+    span = telemetry.tracer.start_span(
+        sc.SPAN_HANDOFF,
+        context=parent,
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        links=record.links,
+        start_time=record.start_ns,
+    )
+    end_ns = max(record.end_ns, record.start_ns)
+    inside = trace.set_span_in_context(span, parent)
+    recording = span.is_recording()
+    try:
+        if recording:  # sampled out (or a NoOp provider): so are its children
+            if record.error is not None:
+                set_error(span, record.error)
+            tracer = telemetry.tracer
+            for phase in record.phases:
+                _child(tracer, phase, inside, end_ns)
+    finally:
+        span.end(end_time=end_ns)
+    emitted = Emitted(span.get_span_context(), inside, parent, recording, attributes)
+    metrics = telemetry.metrics
+    if metrics.enabled:
+        metrics.record_handoff(attributes[sc.DURATION], attributes, inside)
+        metrics.record_phases(_phase_seconds(record.phases), attributes, inside)
+    return emitted
+
+
+def emit_late_phase(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord) -> None:
+    """A phase that ended after its handoff's span (e.g. a long ``on_enter``): child and metric."""
+    if emitted.recording:
+        _child(telemetry.tracer, phase, emitted.context, phase.end_ns)
+    if telemetry.metrics.enabled and not isinstance(phase.error, asyncio.CancelledError):
+        seconds = max(0, phase.end_ns - phase.start_ns) / 1e9
+        telemetry.metrics.record_phases(((phase.name, seconds),), emitted.attributes, emitted.context)
+
+
+def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord) -> None:
+    """A span of the handoff's trace, beside it and linked to it (``first_speech``, ``reconnect``)."""
+    spec = _PHASES[phase.name]
+    seconds = max(0, phase.end_ns - phase.start_ns) / 1e9
+    attributes = {spec.duration_attribute: seconds, sc.FRAMEWORK: emitted.attributes[sc.FRAMEWORK]}
+    if phase.attributes:
+        attributes.update(phase.attributes)
+    span = telemetry.tracer.start_span(
+        spec.span,
+        context=emitted.parent,
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        links=[Link(emitted.span_context)],
+        start_time=phase.start_ns,
+    )
+    span.end(end_time=max(phase.end_ns, phase.start_ns))
+    if telemetry.metrics.enabled:
+        telemetry.metrics.record_phases(((phase.name, seconds),), emitted.attributes, emitted.context)
+
+
+def _attributes(telemetry: HandoffTelemetry, record: HandoffRecord) -> dict[str, Any]:
+    """Every attribute of the ``agent_handoff`` span, built once."""
+    attributes = dict(telemetry.static_attributes)
+    attributes[sc.OUTCOME] = record.outcome
+    attributes[sc.SEQUENCE] = record.sequence
+    for key, value in (
+        (sc.FROM_AGENT_NAME, record.from_agent),
+        (sc.FROM_AGENT_ID, record.from_agent_id),
+        (sc.TO_AGENT_NAME, record.to_agent),
+        (sc.TO_AGENT_ID, record.to_agent_id),
+        (sc.TRIGGER, record.trigger),
+        (sc.KIND, record.kind),
+        (sc.GEN_AI_TOOL_NAME, record.tool_name),
+        (sc.GEN_AI_TOOL_CALL_ID, record.tool_call_id),
+        (sc.GEN_AI_CONVERSATION_ID, record.conversation_id),
+    ):
+        if value is not None:
+            attributes[key] = value
+    attributes.update(record.attributes)
+    work_ns = 0
+    for phase in record.phases:
+        spec = _PHASES[phase.name]
+        if not spec.on_handoff_span:
+            continue
+        ns = _own_ns(phase)
+        key = spec.duration_attribute
+        attributes[key] = attributes.get(key, 0.0) + ns / 1e9  # several lock waits add up
+        if spec.role == sc.ROLE_WORK:
+            work_ns += ns
+    if record.duration is not None:
+        attributes[sc.DURATION] = record.duration
+    else:
+        attributes[sc.DURATION] = work_ns / 1e9
+    return attributes
+
+
+def _own_ns(phase: PhaseRecord) -> int:
+    if phase.own_ns is not None:
+        return max(0, phase.own_ns)
+    return max(0, phase.end_ns - phase.start_ns) if phase.end_ns else 0
+
+
+def _phase_seconds(phases: list[PhaseRecord]) -> list[tuple[str, float]]:
+    """One data point per phase name (several lock waits add up); cut-short phases left out."""
+    seconds: dict[str, float] = {}
+    for phase in phases:
+        if not phase.end_ns or isinstance(phase.error, asyncio.CancelledError):
+            continue
+        seconds[phase.name] = seconds.get(phase.name, 0.0) + _own_ns(phase) / 1e9
+    return list(seconds.items())
+
+
+def _child(tracer: trace.Tracer, phase: PhaseRecord, parent: otel_context.Context, end_ns: int) -> None:
+    spec = _PHASES[phase.name]
+    attributes = phase.attributes
+    if not spec.on_handoff_span and phase.end_ns:
+        attributes = {**(attributes or {}), spec.duration_attribute: _own_ns(phase) / 1e9}
+    span = tracer.start_span(
+        spec.span, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=phase.start_ns
+    )
+    error = phase.error
+    if error is not None and not isinstance(error, asyncio.CancelledError):
+        set_error(span, error)
+    span.end(end_time=phase.end_ns or end_ns)
+
+
+def _inherit_conversation_id(parent: otel_context.Context, attributes: dict[str, Any]) -> None:
+    """The ``gen_ai.conversation.id`` the app (or the framework) already put on the parent span."""
+    found = getattr(trace.get_current_span(parent), "attributes", None)
+    value = found.get(sc.GEN_AI_CONVERSATION_ID) if found else None
+    if isinstance(value, str) and value:
+        attributes[sc.GEN_AI_CONVERSATION_ID] = value

@@ -1,0 +1,82 @@
+"""The one framework registry: what each traced framework is called, where, and how to install it.
+
+The start-up hook (``_auto``), ``otel-handoff doctor`` and the command line read it; a test holds
+it against pyproject.toml (entry points, extras, ``instruments-any``). Importing it imports
+nothing else, so the start-up hook stays cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Framework:
+    """One framework an otel-handoff instrumentor traces."""
+
+    key: str  # `otel-handoff demo --framework KEY`
+    title: str  # for people
+    entry_point: str  # in the `opentelemetry_instrumentor` group
+    instrumentor: str  # "module:Class"
+    extra: str  # `pip install 'otel-handoff[extra]'`
+    extra_requires: tuple[str, ...]  # what that extra installs
+    instruments: tuple[str, ...]  # the instrumentor's requirements (any of them), in `instruments-any`
+    distributions: tuple[str, ...]  # any of these installs the framework
+    modules: tuple[str, ...]  # the first import of any of these triggers auto-instrumentation
+    # (module, "Class.method") where a session or chat starts: exporting is configured there
+    starts_at: tuple[tuple[str, str], ...]
+    demo_module: str  # what `otel-handoff demo --framework KEY` needs importable
+
+    @property
+    def install_hint(self) -> str:
+        return f"pip install 'otel-handoff[{self.extra}]'"
+
+
+FRAMEWORKS: tuple[Framework, ...] = (
+    Framework(
+        key="livekit",
+        title="LiveKit Agents",
+        entry_point="livekit_handoff",
+        instrumentor="otel_handoff.livekit:LiveKitHandoffInstrumentor",
+        extra="livekit",
+        extra_requires=("livekit-agents>=1.2.18",),
+        instruments=("livekit-agents>=1.2.18",),
+        distributions=("livekit-agents",),
+        modules=("livekit.agents",),
+        starts_at=(("livekit.agents.voice.agent_session", "AgentSession.start"),),
+        demo_module="livekit.agents",
+    ),
+    Framework(
+        key="ag2",
+        title="AG2 (ag2 1.x workflow channels, classic autogen group chats)",
+        entry_point="ag2_handoff",
+        instrumentor="otel_handoff.ag2:AG2HandoffInstrumentor",
+        extra="ag2",
+        extra_requires=("ag2>=1.0",),  # the classic group chats: pip install autogen
+        instruments=("ag2>=0.9.10", "autogen>=0.14"),
+        distributions=("ag2", "autogen"),
+        modules=("autogen", "ag2.network"),
+        starts_at=(
+            ("autogen.agentchat.groupchat", "GroupChatManager.run_chat"),
+            ("autogen.agentchat.groupchat", "GroupChatManager.a_run_chat"),
+            ("ag2.network.hub.core", "Hub.__init__"),
+        ),
+        demo_module="ag2.network",
+    ),
+    Framework(
+        key="pipecat",
+        title="Pipecat Flows",
+        entry_point="pipecat_handoff",
+        instrumentor="otel_handoff.pipecat:PipecatFlowsHandoffInstrumentor",
+        extra="pipecat",
+        extra_requires=("pipecat-ai>=1.5.0",),  # pipecat.flows, inside pipecat-ai since 1.5.0
+        instruments=("pipecat-ai>=1.5.0",),
+        distributions=("pipecat-ai",),
+        modules=("pipecat.flows",),
+        starts_at=(("pipecat.flows.manager", "FlowManager.__init__"),),
+        demo_module="pipecat.flows",
+    ),
+)
+BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
+# when no framework is installed: the first extra, and the others
+ANY_HINT = f"{FRAMEWORKS[0].install_hint} (or " + ", ".join(f"[{f.extra}]" for f in FRAMEWORKS[1:]) + ")"

@@ -1,0 +1,191 @@
+"""Exporters that log a failing receiver once per outage, and once when it answers again."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .settings import Signal
+
+_LOG = logging.getLogger("otel_handoff")
+T = TypeVar("T")
+_WHAT: dict[Signal, str] = {"traces": "spans", "metrics": "metrics"}
+_REASON_LENGTH = 300
+
+_capture = threading.local()
+
+
+class _CaptureFilter(logging.Filter):
+    """Takes an exporter's warnings on the thread running our export, instead of logging them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        sink: list[str] | None = getattr(_capture, "sink", None)
+        if sink is None or record.levelno < logging.WARNING:
+            return True
+        sink.append(record.getMessage())
+        return False
+
+
+_FILTER = _CaptureFilter()
+
+
+@contextmanager
+def _captured_warnings(logger_names: Iterable[str]) -> Iterator[list[str]]:
+    """Collect (instead of log) WARNING+ records of ``logger_names`` logged on this thread."""
+    for name in logger_names:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
+    previous = getattr(_capture, "sink", None)
+    _capture.sink = sink = []
+    try:
+        yield sink
+    finally:
+        _capture.sink = previous
+
+
+_down: dict[str, set[str]] = {}  # receiver (host:port) -> what fails to reach it: "spans", "metrics"
+_down_lock = threading.Lock()
+
+
+class Outage:
+    """Logs when exports to a receiver start failing and when they work again, nothing between.
+
+    Spans and metrics sent to the same receiver share its outage: one warning when it goes away.
+    """
+
+    def __init__(self, signal: Signal, exporter: object, target: str) -> None:
+        self._what = _WHAT[signal]
+        self._target = target
+        self._receiver = urlsplit(target).netloc or target
+        # exporters log through their modules' loggers (getLogger(__name__)), base classes' too
+        self._loggers = sorted({cls.__module__ for cls in type(exporter).__mro__} - {"builtins", "abc"})
+
+    @property
+    def down(self) -> bool:
+        """The receiver's last export failed: it is in an outage."""
+        with _down_lock:
+            return bool(_down.get(self._receiver))
+
+    def run(self, export: Callable[[], T], succeeded: Callable[[T], bool], failure: T) -> T:
+        with _captured_warnings(self._loggers) as reasons:
+            try:
+                result = export()
+            except Exception as exc:
+                reasons.insert(0, f"{type(exc).__name__}: {exc}")
+                result = failure
+        self._record(succeeded(result), reasons)
+        return result
+
+    def _record(self, ok: bool, reasons: Sequence[str]) -> None:
+        with _down_lock:
+            failing = _down.setdefault(self._receiver, set())
+            was_down = bool(failing)
+            if ok:
+                failing.discard(self._what)
+            else:
+                failing.add(self._what)
+            down = bool(failing)
+        if was_down and not down:
+            _LOG.info("otel-handoff: exporting to %s again", self._target)
+        elif down and not was_down:
+            reason = " ".join((reasons[0] if reasons else "the exporter reported a failure").split())
+            if len(reason) > _REASON_LENGTH:
+                reason = reason[: _REASON_LENGTH - 3] + "..."
+            _LOG.warning(
+                "otel-handoff: cannot export %s to %s (%s); the application is unaffected, telemetry "
+                "for it is dropped until it answers again, further failures are not logged",
+                self._what,
+                self._target,
+                reason,
+            )
+
+
+class QuietSpanExporter(SpanExporter):
+    """A span exporter whose failures are logged once per outage."""
+
+    def __init__(self, inner: SpanExporter, outage: Outage) -> None:
+        self._inner = inner
+        self._outage = outage
+        self._shut = False
+        self.exported = 0  # spans the receiver accepted
+        self.failed = 0  # spans it did not
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shut:
+            self.failed += len(spans)
+            return SpanExportResult.FAILURE
+        result = self._outage.run(
+            lambda: self._inner.export(spans),
+            lambda result: result is SpanExportResult.SUCCESS,
+            SpanExportResult.FAILURE,
+        )
+        if result is SpanExportResult.SUCCESS:
+            self.exported += len(spans)
+        else:
+            self.failed += len(spans)
+        return result
+
+    @property
+    def outage_down(self) -> bool:
+        return self._outage.down
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if not self._shut:  # once: the exit timer and the provider may both ask
+            self._shut = True
+            self._inner.shutdown()
+
+
+class QuietMetricExporter(MetricExporter):
+    """A metric exporter whose failures are logged once per outage."""
+
+    def __init__(self, inner: MetricExporter, outage: Outage) -> None:
+        # the periodic reader reads these from its exporter; take the wrapped one's
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality,
+            preferred_aggregation=inner._preferred_aggregation,
+        )
+        self._inner = inner
+        self._outage = outage
+        self._shut = False
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        if self._shut:
+            return MetricExportResult.FAILURE
+        return self._outage.run(
+            lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
+            lambda result: result is MetricExportResult.SUCCESS,
+            MetricExportResult.FAILURE,
+        )
+
+    @property
+    def outage_down(self) -> bool:
+        return self._outage.down
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        if not self._shut:  # once: the exit timer and the provider may both ask
+            self._shut = True
+            self._inner.shutdown(timeout_millis=timeout_millis, **kwargs)
+
+
+def quiet(signal: Signal, exporter: Any, target: str) -> Any:
+    outage = Outage(signal, exporter, target)
+    if signal == "traces":
+        return QuietSpanExporter(exporter, outage)
+    return QuietMetricExporter(exporter, outage)
