@@ -18,10 +18,10 @@ from ag2_chats import a_run_chat, run_chat
 from autogen.agentchat import groupchat
 from autogen.agentchat.group import group_utils
 from autogen.agentchat.group.group_tool_executor import GroupToolExecutor
-from conftest import OpenSpans, Spans
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from support import OpenSpans, Spans
 from wrapt import FunctionWrapper
 
 from otel_handoff.ag2 import AG2HandoffInstrumentor
@@ -363,19 +363,15 @@ def test_faults_in_our_code_never_reach_the_chat(
     assert any("internal error" in record.getMessage() for record in caplog.records)
 
 
-def test_ag2_handoffs_are_counted_in_metrics(provider: Any, spans: Spans) -> None:
-    from conftest import METER_PROVIDER, METRIC_READER
-
-    instrumentor = AG2HandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider, meter_provider=METER_PROVIDER)
+def test_ag2_handoffs_are_counted_in_metrics(instrument: Any, spans: Spans, metric_reader: Any) -> None:
+    instrumentor = instrument(AG2HandoffInstrumentor)
     try:
-        METRIC_READER.get_metrics_data()  # drop what earlier tests recorded
         run_chat(build_support_chat("metrics"))
     finally:
         instrumentor.uninstrument()
     handoffs = [s for s in spans.all() if s.name == sc.SPAN_HANDOFF]
     counted: dict[str, int] = {}
-    data = METRIC_READER.get_metrics_data()
+    data = metric_reader.get_metrics_data()
     for resource_metrics in data.resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
             if scope_metrics.scope.name != "otel_handoff.ag2":

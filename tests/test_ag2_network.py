@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,9 +13,9 @@ pytest.importorskip("ag2.network", reason="needs ag2 >= 1 (ag2.network)")
 from ag2.agent import Agent
 from ag2.network.adapters.workflow import WorkflowAdapter
 from ag2.network.hub.core import Hub
-from conftest import OpenSpans, Spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
+from support import OpenSpans, Spans
 from wrapt import FunctionWrapper
 
 from otel_handoff.ag2 import AG2HandoffInstrumentor, _network
@@ -45,14 +44,9 @@ ALLOWED_ATTRIBUTES = {
 
 
 @pytest.fixture
-def ag2(provider: TracerProvider, spans: Spans) -> Iterator[Spans]:
-    from conftest import METER_PROVIDER, METRIC_READER
-
-    instrumentor = AG2HandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider, meter_provider=METER_PROVIDER)
-    METRIC_READER.get_metrics_data()  # drop what earlier tests recorded
-    yield spans
-    instrumentor.uninstrument()
+def ag2(instrument: Any, spans: Spans) -> Spans:
+    instrument(AG2HandoffInstrumentor)
+    return spans
 
 
 async def _run(scenario: offline.Scenario, tracer_provider: Any = None) -> offline.ChannelRun:
@@ -341,12 +335,10 @@ async def test_turn_that_fails_before_it_begins_is_an_error(
     assert span.attributes[sc.ERROR_TYPE] == "RuntimeError"
 
 
-async def test_handoffs_are_counted_in_metrics_by_kind(ag2: Spans) -> None:
-    from conftest import METRIC_READER
-
+async def test_handoffs_are_counted_in_metrics_by_kind(ag2: Spans, metric_reader: Any) -> None:
     await _run(offline.tool_handoff_then_finish())
     counted: dict[str, int] = {}
-    for resource_metrics in METRIC_READER.get_metrics_data().resource_metrics:
+    for resource_metrics in metric_reader.get_metrics_data().resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 if metric.name == sc.METRIC_COUNT:

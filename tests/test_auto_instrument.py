@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,6 @@ from otel_handoff.core import schema as sc
 
 AGENT = Path(__file__).parent / "scripts" / "offline_agent.py"
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def rotel(tmp_path: Path) -> Iterator[Rotel]:
-    collector = Rotel.start(tmp_path / "rotel")
-    yield collector
-    collector.stop()
 
 
 def run(

@@ -5,20 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from receivers import Rotel, free_port
 
 DOCTOR = [sys.executable, "-m", "otel_handoff", "doctor"]
-
-
-@pytest.fixture
-def rotel(tmp_path: Path) -> Iterator[Rotel]:
-    collector = Rotel.start(tmp_path / "rotel")
-    yield collector
-    collector.stop()
 
 
 def doctor(**env: str) -> subprocess.CompletedProcess[str]:

@@ -60,13 +60,6 @@ def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
         yield server
 
 
-@pytest.fixture
-def rotel(tmp_path: Path) -> Iterator[Rotel]:
-    collector = Rotel.start(tmp_path / "rotel")
-    yield collector
-    collector.stop()
-
-
 # --- the demo, exported to real receivers ------------------------------------------------------------
 def test_demo_to_rotel_over_grpc(rotel: Rotel, tmp_path: Path, baseline: DemoRun) -> None:
     run = run_demo(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=rotel.grpc_endpoint)

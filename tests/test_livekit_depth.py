@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import Spans, plain_and_traced
 from livekit.agents import AgentSession, llm
 from lk_agents import Billing, CustomSTTNode, Support, Triage, WithTools, transfer_after_update
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from support import Spans
 
 from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
 from otel_handoff.core import schema as sc
@@ -301,7 +301,7 @@ async def _observe(scenario: str) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "scenario", ["realtime_reuse", "realtime_update_fails", "realtime_immutable", "stt_per_agent"]
 )
-async def test_framework_behaviour_unchanged(provider: Any, spans: Spans, scenario: str) -> None:
-    plain, traced = await plain_and_traced(provider, lambda: _observe(scenario))
+async def test_framework_behaviour_unchanged(plain_and_traced: Any, spans: Spans, scenario: str) -> None:
+    plain, traced = await plain_and_traced(lambda: _observe(scenario))
     assert traced == plain
     assert len(spans.handoffs()) == 1

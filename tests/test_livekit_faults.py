@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from conftest import OpenSpans, Spans, plain_and_traced
 from livekit.agents import AgentSession, llm
 from lk_agents import Billing, HandsOffAgain, Support, Triage, failing, gated
 from opentelemetry.trace import StatusCode
+from support import OpenSpans, Spans
 
 from otel_handoff.cli.offline.livekit import ScriptedLLM
 from otel_handoff.core import schema as sc
@@ -135,8 +135,10 @@ async def observe(name: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
-async def test_fault_outcome_unchanged(name: str, provider: Any, spans: Spans, open_spans: OpenSpans) -> None:
-    plain, traced = await plain_and_traced(provider, lambda: observe(name))
+async def test_fault_outcome_unchanged(
+    name: str, plain_and_traced: Any, spans: Spans, open_spans: OpenSpans
+) -> None:
+    plain, traced = await plain_and_traced(lambda: observe(name))
     assert traced == plain
 
     assert not open_spans.ours(), "every span we start is ended"

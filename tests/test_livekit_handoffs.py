@@ -9,12 +9,13 @@ from typing import Any
 
 import livekit.agents as livekit
 import pytest
-from conftest import HANDOFF_ALWAYS, Spans
 from livekit.agents import AgentSession
 from lk_agents import Billing, CollectEmail, Support, Triage, failing, gated, slow
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from packaging.version import Version
+from support import HANDOFF_ALWAYS, Spans
 
 from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
 from otel_handoff.core import schema as sc
@@ -322,3 +323,49 @@ async def test_handoff_requested_outside_any_trace_joins_the_session_trace(instr
     [session_span] = instrumented.named("agent_session")
     assert handoff.context.trace_id == session_span.context.trace_id
     assert handoff.parent.span_id == session_span.context.span_id
+
+
+# --- the conversation ---------------------------------------------------------------------------
+class _FakeJobContext:
+    """What LiveKit reads for gen_ai.conversation.id (``get_job_context(required=False).job.room.sid``)."""
+
+    class job:
+        class room:
+            sid = "RM_conversation_test"
+
+    _redaction_enabled = False  # LiveKit's own span processor asks
+
+    def simulation_context(self) -> None:  # 1.8 asks whether the job is a simulation: it is not
+        return None
+
+
+@pytest.mark.parametrize("in_job", [True, False])
+async def test_conversation_id_is_livekits_own(instrumented: Spans, in_job: bool) -> None:
+    """Inside a job: the room sid, as LiveKit stamps its own spans (1.8+); outside one: absent."""
+    from livekit.agents import job
+
+    async with running(Triage()) as session:
+        # set once the session runs (its start reads more of a real job than this fake has)
+        token = job._JobContextVar.set(_FakeJobContext()) if in_job else None  # type: ignore[arg-type]
+        try:
+            session.update_agent(Billing())
+            await settle(session)
+        finally:
+            if token is not None:
+                job._JobContextVar.reset(token)
+    [handoff] = instrumented.handoffs()
+    livekits = [
+        s
+        for s in instrumented.all()
+        if s.context.trace_id == handoff.context.trace_id
+        and not s.instrumentation_scope.name.startswith("otel_handoff")
+        and sc.GEN_AI_CONVERSATION_ID in (s.attributes or {})
+    ]
+    if not in_job:
+        assert sc.GEN_AI_CONVERSATION_ID not in handoff.attributes
+        assert livekits == []  # LiveKit does not make one up either
+        return
+    assert handoff.attributes[sc.GEN_AI_CONVERSATION_ID] == "RM_conversation_test"
+    if Version(FEATURES.version) >= Version("1.8"):  # LiveKit stamps its own spans from 1.8
+        assert livekits, "LiveKit's own spans in the handoff's trace carry the conversation id"
+        assert {s.attributes[sc.GEN_AI_CONVERSATION_ID] for s in livekits} == {"RM_conversation_test"}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import Spans
 from livekit.agents import AgentSession
 from lk_agents import Billing, Support, Triage, slow
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from support import Spans
 
 from otel_handoff.cli.offline.livekit import ScriptedLLM
 from otel_handoff.core import schema as sc

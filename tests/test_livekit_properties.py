@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from conftest import EXPORTER, PROVIDER
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from livekit.agents import AgentSession, llm
@@ -84,21 +83,24 @@ async def run_operations(operations: list[str]) -> list[int]:
 
 
 @pytest.fixture(scope="module")
-def instrumented_module() -> Any:
+def instrumented_module(provider: Any) -> Any:
     instrumentor = LiveKitHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=PROVIDER)
+    instrumentor.instrument(tracer_provider=provider)
     yield
     instrumentor.uninstrument()
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(sorted(OPERATIONS)), min_size=1, max_size=6))
-def test_random_handoff_sequences_keep_invariants(instrumented_module: Any, operations: list[str]) -> None:
-    EXPORTER.clear()
+def test_random_handoff_sequences_keep_invariants(
+    instrumented_module: Any, span_exporter: Any, operations: list[str]
+) -> None:
+    span_exporter.clear()
     expected = asyncio.run(run_operations(operations))
 
     handoffs = sorted(
-        (s for s in EXPORTER.get_finished_spans() if s.name == sc.SPAN_HANDOFF), key=lambda s: s.start_time
+        (s for s in span_exporter.get_finished_spans() if s.name == sc.SPAN_HANDOFF),
+        key=lambda s: s.start_time,
     )
     # one span per handoff; sessions ran one after another, so in start order the spans fall
     # into one run per session, and each run's sequence numbers count 1, 2, ... again

@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0 (pipecat.flows)")
 
-from conftest import METER_PROVIDER, METRIC_READER, OpenSpans, Spans
 from loguru import logger
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
 from pipecat.flows import ContextStrategy, ContextStrategyConfig, FlowManager, FlowsFunctionSchema
+from support import OpenSpans, Spans
 from wrapt import FunctionWrapper
 
 from otel_handoff.cli.offline import pipecat_flows as pf
@@ -34,12 +33,9 @@ SAY_TEXT = "checking your account"
 
 
 @pytest.fixture
-def flows(provider: TracerProvider, spans: Spans) -> Iterator[Spans]:
-    instrumentor = PipecatFlowsHandoffInstrumentor()
-    instrumentor.instrument(tracer_provider=provider, meter_provider=METER_PROVIDER)
-    METRIC_READER.get_metrics_data()
-    yield spans
-    instrumentor.uninstrument()
+def flows(instrument: Any, spans: Spans) -> Spans:
+    instrument(PipecatFlowsHandoffInstrumentor)
+    return spans
 
 
 # --- the app's flow -----------------------------------------------------------------------------
@@ -351,11 +347,11 @@ async def test_uninstrument_restores(provider: TracerProvider, spans: Spans) -> 
     assert handoffs(spans) == []
 
 
-async def test_metrics_by_phase(flows: Spans) -> None:
+async def test_metrics_by_phase(flows: Spans, metric_reader: Any) -> None:
     await tool_transition()
     phases: set[str] = set()
     counted = 0
-    for resource_metrics in METRIC_READER.get_metrics_data().resource_metrics:
+    for resource_metrics in metric_reader.get_metrics_data().resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 for point in metric.data.data_points:

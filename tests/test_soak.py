@@ -18,7 +18,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from conftest import HANDOFF_ALWAYS, PROVIDER, OpenSpans
 from livekit.agents import AgentSession
 from livekit.agents.telemetry import set_tracer_provider
 from lk_agents import Billing, Support
@@ -28,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import NoOpTracerProvider
 from receivers import Rotel, wait_until
+from support import HANDOFF_ALWAYS, OpenSpans
 
 from otel_handoff.cli.offline.livekit import ScriptedLLM
 from otel_handoff.core import schema as sc
@@ -130,7 +130,10 @@ def ours_in_memory(snapshot: tracemalloc.Snapshot) -> int:
     )
 
 
-async def test_soak_through_a_collector_restart(tmp_path: Path, open_spans: OpenSpans) -> None:
+async def test_soak_through_a_collector_restart(
+    tmp_path: Path, open_spans: OpenSpans, provider: TracerProvider
+) -> None:
+    test_provider = provider  # the suite's, given back to LiveKit afterwards
     rotel = Rotel.start(tmp_path / "rotel-1")
     ports = (rotel.grpc_port, rotel.http_port)
     ledger = HandoffLedger()
@@ -184,7 +187,7 @@ async def test_soak_through_a_collector_restart(tmp_path: Path, open_spans: Open
     finally:
         tracemalloc.stop()
         instrumentor.uninstrument()
-        set_tracer_provider(PROVIDER)
+        set_tracer_provider(test_provider)
         provider.shutdown()
         rotel.stop()
 

@@ -27,6 +27,7 @@ from otel_handoff.cli import main, otlp_json
 from otel_handoff.cli.span_sources import SpanSourceError, parse_spans, read_spans
 from otel_handoff.cli.summary import PHASE_NAMES, collect_handoffs, csv_header, percentile, summarize
 from otel_handoff.core import schema as sc
+from otel_handoff.core.frameworks import BY_KEY, FRAMEWORKS
 
 pytest.importorskip("livekit.agents", reason="the demo needs livekit-agents")
 
@@ -710,3 +711,31 @@ def test_summarize_groups_by_framework_and_pair() -> None:
     assert pair.duration is not None
     assert (pair.duration.p50, pair.duration.p95, pair.duration.max) == (0.002, 0.004, 0.004)
     assert pair.duration.mean == pytest.approx(0.0025)
+
+
+# --- every phase of every framework -------------------------------------------------------------
+@pytest.mark.parametrize("framework", [f.key for f in FRAMEWORKS])
+def test_summary_shows_every_phase_span_of_each_demo(
+    framework: str, workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Whatever phase child or linked span a demo's export holds shows under its pair, by the registry."""
+    pytest.importorskip(BY_KEY[framework].demo_module)
+    export = workdir / f"phases-{framework}.json"
+    run = _cli("demo", "--framework", framework, "--export", export.name, cwd=workdir)
+    assert run.returncode == 0, run.stderr[-2000:]
+    spans = raw_spans(export)
+    handoffs = {s["spanId"]: s for s in spans if s["name"] == sc.SPAN_HANDOFF}
+    expected: dict[tuple[str, str], set[str]] = {}
+    for span in spans:
+        spec = sc.PHASES_BY_SPAN.get(span["name"])
+        if spec is None:
+            continue
+        owners = [link["spanId"] for link in span.get("links", [])] or [span.get("parentSpanId")]
+        for owner in (handoffs[o] for o in owners if o in handoffs):
+            a = owner["attributes"]
+            pair = (a.get(sc.FROM_AGENT_NAME, "(none)"), a.get(sc.TO_AGENT_NAME, "(none)"))
+            expected.setdefault(pair, set()).add(spec.name)
+    assert expected or framework == "ag2", "the demo's export holds phase spans (AG2's handoffs have none)"
+    shown = {pair: set(p["phases"]) for pair, p in by_pair(summary_json(capsys, export)).items()}
+    for pair, phases in expected.items():
+        assert phases <= shown[pair], (pair, phases - shown[pair])

@@ -23,8 +23,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..core import schema as sc
-from ..core.emit import emit
-from ..core.record import Conversation, HandoffRecord
+from ..core.conversation import Conversation
 from ..core.spans import HandoffTelemetry
 from ._features import AG2Features
 
@@ -145,22 +144,13 @@ class ChatState:
             attributes[sc.NEXT_SPEAKER] = next_speaker
         if decision.condition_type:
             attributes[sc.CONDITION_TYPE] = decision.condition_type
-        end_ns = max(end_ns, decision.start_ns)
-        emit(
-            self.telemetry,
-            HandoffRecord(
-                start_ns=decision.start_ns,
-                end_ns=end_ns,
-                sequence=decision.sequence,
-                outcome=outcome,
-                parent=self.conversation.parent(decision.parent),
-                from_agent=decision.from_agent,
-                to_agent=getattr(decision.target, "agent_name", None) or next_speaker or None,
-                kind=decision.kind,
-                tool_name=decision.tool_name or None,
-                tool_call_id=decision.tool_call_id or None,
-                error=error,
-                attributes=attributes,
-                duration=(end_ns - decision.start_ns) / 1e9,
-            ),
+        self.conversation.land(
+            decision,
+            outcome,
+            end_ns,
+            error,
+            from_agent=decision.from_agent,
+            to_agent=getattr(decision.target, "agent_name", None) or next_speaker or None,
+            tool_call_id=decision.tool_call_id or None,
+            attributes=attributes,
         )

@@ -44,9 +44,8 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..core import schema as sc
-from ..core.emit import emit
+from ..core.conversation import Conversation
 from ..core.faults import guard
-from ..core.record import Conversation, HandoffRecord
 from ..core.spans import HandoffTelemetry
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
@@ -308,26 +307,16 @@ class ChannelTrack:
         if decision.target_type:
             attributes[sc.TARGET_TYPE] = decision.target_type
         to_id = decision.to_agent_id
-        end_ns = max(end_ns, decision.start_ns)
-        emit(
-            self.telemetry,
-            HandoffRecord(
-                start_ns=decision.start_ns,
-                end_ns=end_ns,
-                sequence=decision.sequence,
-                outcome=outcome,
-                parent=self.conversation.parent(decision.parent),
-                from_agent=_name(hub, decision.from_agent_id),
-                from_agent_id=decision.from_agent_id,
-                to_agent=_name(hub, to_id) if to_id is not None else None,
-                to_agent_id=to_id,
-                kind=decision.kind,
-                tool_name=decision.tool_name or None,
-                conversation_id=self.channel_id,
-                error=error,
-                attributes=attributes,
-                duration=(end_ns - decision.start_ns) / 1e9,
-            ),
+        self.conversation.land(
+            decision,
+            outcome,
+            end_ns,
+            error,
+            from_agent=_name(hub, decision.from_agent_id),
+            from_agent_id=decision.from_agent_id,
+            to_agent=_name(hub, to_id) if to_id is not None else None,
+            to_agent_id=to_id,
+            attributes=attributes,
         )
 
 

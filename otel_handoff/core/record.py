@@ -1,8 +1,9 @@
 """The one handoff model: what a framework package observes, as plain data.
 
 A framework package fills a :class:`HandoffRecord` while (or after) a handoff runs, with real
-start and end times, and hands it to :func:`otel_handoff.core.emit.emit`, which makes every span
-and metric of it. Nothing here touches OpenTelemetry's current context, so a record can be filled
+start and end times, and hands it to :func:`otel_handoff.core.emit.emit` (or its conversation's
+:meth:`~otel_handoff.core.conversation.Conversation.emit`), which makes every span and metric
+of it. Nothing here touches OpenTelemetry's current context, so a record can be filled
 anywhere in the framework's code without the app seeing it.
 """
 
@@ -13,8 +14,6 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link
-
-from .spans import ChatRoot, HandoffTelemetry
 
 
 @dataclass(slots=True)
@@ -53,48 +52,3 @@ class HandoffRecord:
     phases: list[PhaseRecord] = field(default_factory=list)
     # seconds for agent_handoff.duration; None: the sum of the phases whose role is "work"
     duration: float | None = None
-
-
-class Conversation:
-    """One conversation (session, chat, channel, flow): its handoff count and, maybe, its root.
-
-    ``agent_handoff.sequence`` is 1, 2, … per conversation, counted when a handoff is requested.
-    A handoff without a parent of its own goes under the conversation's ``agent_handoff.chat``
-    root, started lazily so a conversation without handoffs leaves no span.
-    """
-
-    __slots__ = ("_root", "conversation_id", "handoffs", "root_parent", "start_ns", "telemetry")
-
-    def __init__(
-        self,
-        telemetry: HandoffTelemetry,
-        start_ns: int,
-        root_parent: otel_context.Context | None = None,
-        conversation_id: str | None = None,
-    ) -> None:
-        self.telemetry = telemetry
-        self.start_ns = start_ns
-        self.root_parent = root_parent  # None: the current context; an empty Context: a new trace
-        self.conversation_id = conversation_id
-        self.handoffs = 0
-        self._root: ChatRoot | None = None
-
-    def next_sequence(self) -> int:
-        self.handoffs += 1
-        return self.handoffs
-
-    def parent(self, own: otel_context.Context | None) -> otel_context.Context:
-        """``own`` when the handoff has a parent of its own, else the conversation's root."""
-        if own is not None:
-            return own
-        if self._root is None:
-            telemetry = self.telemetry
-            self._root = ChatRoot(
-                telemetry.tracer, telemetry.static_attributes, self.start_ns, self.root_parent
-            )
-        return self._root.context()
-
-    def end(self, end_ns: int, error: BaseException | None = None) -> None:
-        """The conversation is over: its root, if it has one, ends now."""
-        if self._root is not None:
-            self._root.end(self.handoffs, end_ns, error)

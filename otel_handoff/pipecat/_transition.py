@@ -16,8 +16,9 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ..core import schema as sc
-from ..core.emit import Emitted, emit, emit_linked
-from ..core.record import Conversation, HandoffRecord, PhaseRecord
+from ..core.conversation import Conversation
+from ..core.emit import Emitted, emit_linked
+from ..core.record import PhaseRecord
 from ..core.spans import HandoffTelemetry
 
 
@@ -97,24 +98,20 @@ class FlowState:
             summary_ns = max(0, (summary.end_ns or context_update.end_ns) - summary.start_ns)
             context_update.own_ns = context_update.end_ns - context_update.start_ns - summary_ns
         attributes = {sc.CONTEXT_STRATEGY: t.context_strategy} if t.context_strategy else {}
-        t.emitted = emit(
-            self.telemetry,
-            HandoffRecord(
-                start_ns=t.start_ns,
-                end_ns=max(end_ns, t.start_ns),
-                sequence=t.sequence,
-                outcome=outcome,
-                parent=self.conversation.parent(t.parent),
-                from_agent=t.from_node,
-                to_agent=t.to_node,
-                trigger=t.trigger,
-                tool_name=t.tool_name,
-                tool_call_id=t.tool_call_id,
-                conversation_id=self.conversation.conversation_id,
-                error=error,
-                attributes=attributes,
-                phases=list(t.phases.values()),
-            ),
+        t.emitted = self.conversation.emit(
+            start_ns=t.start_ns,
+            end_ns=end_ns,
+            parent=t.parent,
+            sequence=t.sequence,
+            outcome=outcome,
+            from_agent=t.from_node,
+            to_agent=t.to_node,
+            trigger=t.trigger,
+            tool_name=t.tool_name,
+            tool_call_id=t.tool_call_id,
+            error=error,
+            attributes=attributes,
+            phases=list(t.phases.values()),
         )
 
     def first_speech(self, now_ns: int) -> None:

@@ -1,0 +1,87 @@
+"""A conversation (session, chat, channel, flow): where its handoffs are counted and parented."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from .emit import Emitted, emit
+from .record import HandoffRecord
+from .spans import ChatRoot, HandoffTelemetry
+
+
+class Conversation:
+    """One conversation (session, chat, channel, flow): its handoff count and, maybe, its root.
+
+    ``agent_handoff.sequence`` is 1, 2, … per conversation, counted when a handoff is requested.
+    A handoff without a parent of its own goes under the conversation's ``agent_handoff.chat``
+    root, started lazily so a conversation without handoffs leaves no span.
+    """
+
+    __slots__ = ("_root", "conversation_id", "handoffs", "root_parent", "start_ns", "telemetry")
+
+    def __init__(
+        self,
+        telemetry: HandoffTelemetry,
+        start_ns: int,
+        root_parent: otel_context.Context | None = None,
+        conversation_id: str | None = None,
+    ) -> None:
+        self.telemetry = telemetry
+        self.start_ns = start_ns
+        self.root_parent = root_parent  # None: the current context; an empty Context: a new trace
+        self.conversation_id = conversation_id
+        self.handoffs = 0
+        self._root: ChatRoot | None = None
+
+    def next_sequence(self) -> int:
+        self.handoffs += 1
+        return self.handoffs
+
+    def parent(self, own: otel_context.Context | None) -> otel_context.Context:
+        """``own`` when the handoff has a parent of its own, else the conversation's root."""
+        if own is not None:
+            return own
+        if self._root is None:
+            telemetry = self.telemetry
+            self._root = ChatRoot(
+                telemetry.tracer, telemetry.static_attributes, self.start_ns, self.root_parent
+            )
+        return self._root.context()
+
+    def emit(
+        self, *, start_ns: int, end_ns: int, parent: otel_context.Context | None, **fields: Any
+    ) -> Emitted:
+        """Emit a handoff of this conversation: under its root unless it has a parent of its own."""
+        end_ns = max(end_ns, start_ns)
+        fields.setdefault("conversation_id", self.conversation_id)
+        record = HandoffRecord(start_ns=start_ns, end_ns=end_ns, parent=self.parent(parent), **fields)
+        return emit(self.telemetry, record)
+
+    def land(
+        self, decision: Any, outcome: str, end_ns: int, error: BaseException | None = None, **fields: Any
+    ) -> Emitted:
+        """A handoff decided at one moment that lands (or not) later, with no phases (AG2).
+
+        ``decision`` has the decision's ``start_ns``, ``parent``, ``sequence``, ``kind`` and
+        ``tool_name``; its duration is decision to landing.
+        """
+        end_ns = max(end_ns, decision.start_ns)
+        return self.emit(
+            start_ns=decision.start_ns,
+            end_ns=end_ns,
+            parent=decision.parent,
+            sequence=decision.sequence,
+            outcome=outcome,
+            kind=decision.kind,
+            tool_name=decision.tool_name or None,
+            error=error,
+            duration=(end_ns - decision.start_ns) / 1e9,
+            **fields,
+        )
+
+    def end(self, end_ns: int, error: BaseException | None = None) -> None:
+        """The conversation is over: its root, if it has one, ends now."""
+        if self._root is not None:
+            self._root.end(self.handoffs, end_ns, error)

@@ -1,0 +1,173 @@
+"""What the tests share that is not a fixture: span queries and the suite-wide span checks.
+
+The fixtures themselves (providers, readers, scans, instrumentors, a collector) are in
+``conftest.py``; tests take them as fixtures.
+"""
+
+from __future__ import annotations
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from otel_handoff.core import schema as sc
+
+
+class Spans:
+    """Finished spans of one test, with the queries the tests need."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        self._exporter = exporter
+
+    def all(self) -> list[ReadableSpan]:
+        return list(self._exporter.get_finished_spans())
+
+    def named(self, name: str) -> list[ReadableSpan]:
+        return sorted((s for s in self.all() if s.name == name), key=lambda s: s.start_time)
+
+    def handoffs(self) -> list[ReadableSpan]:
+        return sorted(self.named(sc.SPAN_HANDOFF), key=lambda s: s.attributes[sc.SEQUENCE])
+
+    def children(self, parent: ReadableSpan, name: str | None = None) -> list[ReadableSpan]:
+        found = [
+            s
+            for s in self.all()
+            if s.parent is not None
+            and s.parent.span_id == parent.context.span_id
+            and (name is None or s.name == name)
+        ]
+        return sorted(found, key=lambda s: s.start_time)
+
+    def by_id(self, span_id: int) -> ReadableSpan | None:
+        return next((s for s in self.all() if s.context.span_id == span_id), None)
+
+
+# attributes every LiveKit `agent_handoff` span carries (the README's span table)
+HANDOFF_ALWAYS = (
+    sc.GEN_AI_OPERATION_NAME,
+    sc.FROM_AGENT_NAME,
+    sc.TO_AGENT_NAME,
+    sc.FROM_AGENT_ID,
+    sc.TO_AGENT_ID,
+    sc.FRAMEWORK,
+    sc.FRAMEWORK_VERSION,
+    sc.PREVIOUS_ACTIVITY,
+    sc.NEW_ACTIVITY,
+    sc.TRIGGER,
+    sc.STT_REUSED,
+    sc.REALTIME_SESSION_REUSED,
+    sc.TURN_DETECTOR_REUSED,
+    sc.QUEUE_WAIT_DURATION,
+    sc.LOCK_WAIT_DURATION,
+    sc.DURATION,
+    sc.OUTCOME,
+    sc.SEQUENCE,
+)
+
+
+class OpenSpans(SpanProcessor):
+    """Tracks spans started and not yet ended, to prove every span we start is ended."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, ReadableSpan] = {}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self.open[span.context.span_id] = span
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.open.pop(span.context.span_id, None)
+
+    def ours(self) -> list[ReadableSpan]:
+        return [s for s in self.open.values() if s.name.startswith(sc.SPAN_HANDOFF)]
+
+
+# every instruction, user utterance, tool argument and tool result the tests feed the frameworks
+PRIVATE_TEXTS = (
+    "You route the caller",
+    "You help the caller",
+    "You are A.",
+    "You are B.",
+    "Collect an email address",
+    "Hand over at once",
+    "I have a billing question",
+    "billing please",
+    "take my email",
+    "transfer me",
+    "someone@example.com",
+    "checking your account",
+    "order_id",
+    "You handle billing questions",
+    "Greet the caller",
+    "I want a refund for order 4711",
+    "Route the customer",
+    "Handle refunds",
+    "Refunded order",
+    "my card is 4111",
+    # ag2 1.x workflow channels: the seed, model replies, Handoff.reason, Finish.summary and reason
+    "charged twice",
+    "disputes invoice",
+    "refunded order 4711",
+    "customer satisfied",
+    "moving you to billing",
+    "supervisor here",
+    "vip desk here",
+    # Pipecat Flows: node role and task messages
+    "You are the ",
+    "Help at the ",
+)
+
+
+class PrivacyScan(SpanProcessor):
+    """Scans every attribute and event of every span we emit, in every test, for private text."""
+
+    def __init__(self) -> None:
+        self.scanned = 0
+        self.leaks: list[str] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
+        if not scope.startswith("otel_handoff"):
+            return
+        self.scanned += 1
+        values = [*(span.attributes or {}).items()]
+        for event in span.events:
+            values += [(f"{event.name}.{k}", v) for k, v in (event.attributes or {}).items()]
+        for key, value in values:
+            text = str(value)
+            self.leaks += [f"{span.name} {key}: {p!r}" for p in PRIVATE_TEXTS if p in text]
+
+
+# the GenAI semantic-convention attributes our spans may carry; any other gen_ai.* would be ours,
+# squatting in the conventions' namespace
+GEN_AI_DEFINED = {
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_TOOL_NAME,
+    sc.GEN_AI_TOOL_CALL_ID,
+    sc.GEN_AI_CONVERSATION_ID,
+}
+
+
+class ConventionScan(SpanProcessor):
+    """Every span we emit, in every test: one error convention, no made-up gen_ai.* attributes."""
+
+    def __init__(self) -> None:
+        self.errors_checked = 0
+        self.violations: list[str] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
+        if not scope.startswith("otel_handoff"):
+            return
+        attributes = span.attributes or {}
+        self.violations += [
+            f"{span.name}: {key} is not a GenAI semconv attribute"
+            for key in attributes
+            if key.startswith("gen_ai.") and key not in GEN_AI_DEFINED
+        ]
+        if span.status.status_code is StatusCode.ERROR:
+            self.errors_checked += 1
+            if not attributes.get(sc.ERROR_TYPE):
+                self.violations.append(f"{span.name}: status ERROR without {sc.ERROR_TYPE}")
+            if any(event.name == "exception" for event in span.events):
+                self.violations.append(f"{span.name}: an exception event (error.type is the convention)")
