@@ -6,6 +6,10 @@ The fixtures themselves (providers, readers, scans, instrumentors, a collector) 
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
+
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -171,3 +175,20 @@ class ConventionScan(SpanProcessor):
                 self.violations.append(f"{span.name}: status ERROR without {sc.ERROR_TYPE}")
             if any(event.name == "exception" for event in span.events):
                 self.violations.append(f"{span.name}: an exception event (error.type is the convention)")
+
+
+# --- what the app sees of warnings -----------------------------------------------------------------
+Warning = tuple[str, str, str, int]  # (category, message, filename, line)
+
+
+@contextlib.contextmanager
+def recorded_warnings() -> Iterator[list[Warning]]:
+    """Every warning raised inside, nothing filtered, as (category, message, filename, line).
+
+    The test's own task only: catching warnings changes global state, which is fine here.
+    """
+    found: list[Warning] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield found
+    found += [(w.category.__name__, str(w.message), w.filename, w.lineno) for w in caught]

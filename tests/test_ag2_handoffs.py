@@ -21,7 +21,7 @@ from autogen.agentchat.group.group_tool_executor import GroupToolExecutor
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
-from support import OpenSpans, Spans
+from support import OpenSpans, Spans, recorded_warnings
 from wrapt import FunctionWrapper
 
 from otel_handoff.ag2 import AG2HandoffInstrumentor
@@ -254,13 +254,16 @@ def test_failing_chat_ends_every_span_with_error(ag2: Spans, monkeypatch: pytest
 
 # --- invisible to the app --------------------------------------------------------------------------
 def test_events_and_results_unchanged_by_instrumentation(provider: Any, spans: Spans) -> None:
-    plain = run_chat(build_support_chat())
+    with recorded_warnings() as plain_warnings:
+        plain = run_chat(build_support_chat())
     instrumentor = AG2HandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        traced = run_chat(build_support_chat())
+        with recorded_warnings() as traced_warnings:
+            traced = run_chat(build_support_chat())
     finally:
         instrumentor.uninstrument()
+    assert traced_warnings == plain_warnings  # category, message, filename and line
     assert len(spans.handoffs()) == len(SUPPORT_CHAT_HANDOFFS)
     assert traced.history == plain.history
     assert traced.context == plain.context

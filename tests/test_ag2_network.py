@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -15,14 +15,20 @@ from ag2.network.adapters.workflow import WorkflowAdapter
 from ag2.network.hub.core import Hub
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
-from support import OpenSpans, Spans
+from support import OpenSpans, Spans, recorded_warnings
 from wrapt import FunctionWrapper
 
 from otel_handoff.ag2 import AG2HandoffInstrumentor, _network
 from otel_handoff.cli.offline import ag2_network as offline
 from otel_handoff.core import schema as sc
 
-PATCHED = [(WorkflowAdapter, "fold"), (Agent, "ask"), (Hub, "__init__"), (Hub, "close")]
+PATCHED = [
+    (WorkflowAdapter, "fold"),
+    (Agent, "ask"),
+    (Hub, "__init__"),
+    (Hub, "close"),
+    *((Hub, hook) for hook in _network.HUB_HOOKS),
+]
 
 ALLOWED_ATTRIBUTES = {
     sc.GEN_AI_OPERATION_NAME,
@@ -265,32 +271,33 @@ async def _until(predicate: Any, timeout: float = offline.CLOSE_TIMEOUT) -> None
 
 
 async def test_channel_behaviour_unchanged(provider: TracerProvider, spans: Spans) -> None:
+    """Envelopes, close reasons and the warnings the app sees: the same with and without us."""
     scenarios = (offline.ping_pong, offline.tool_handoff_then_finish, offline.tool_called_and_context)
-    plain = [await _run(make()) for make in scenarios]
+    with recorded_warnings() as plain_warnings:
+        plain = [await _run(make()) for make in scenarios]
     instrumentor = AG2HandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        traced = [await _run(make()) for make in scenarios]
+        with recorded_warnings() as traced_warnings:
+            traced = [await _run(make()) for make in scenarios]
     finally:
         instrumentor.uninstrument()
+    assert traced_warnings == plain_warnings
     for a, b in zip(plain, traced, strict=True):
         assert (a.envelopes, a.close_reason) == (b.envelopes, b.close_reason)
         assert a.envelopes  # the comparison compared something
     assert len(_handoffs(spans)) == 4 + 3 + 4
 
 
-async def test_uninstrument_restores_and_detaches_listeners(provider: TracerProvider, spans: Spans) -> None:
+async def test_uninstrument_restores_everything(provider: TracerProvider, spans: Spans) -> None:
     originals = {(owner, name): vars(owner)[name] for owner, name in PATCHED}
     instrumentor = AG2HandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     assert all(isinstance(vars(owner)[name], FunctionWrapper) for owner, name in PATCHED)
     hub, recorder = await offline.open_hub()
-    ours = [listener for listener in hub._listeners if isinstance(listener, _network.HandoffListener)]
-    assert len(ours) == 1
     instrumentor.uninstrument()
     try:
         assert {(o, n): vars(o)[n] for o, n in PATCHED} == originals
-        assert not any(isinstance(listener, _network.HandoffListener) for listener in hub._listeners)
         await offline.run_channel(hub, recorder, offline.ping_pong())
     finally:
         await hub.close()
@@ -361,3 +368,46 @@ async def test_faults_in_our_code_never_reach_the_channel(
     assert run.close_reason == "max_turns" and len(run.envelopes) >= 4
     assert _handoffs(ag2) == []
     assert sum("internal error" in r.getMessage() for r in caplog.records) == 1  # logged once
+
+
+# --- invisible to the app's hub ---------------------------------------------------------------------
+async def _hub_as_the_app_sees_it(scenario: offline.Scenario) -> tuple[dict[str, Any], list[type], Any]:
+    hub, recorder = await offline.open_hub()
+    try:
+        run = await offline.run_channel(hub, recorder, scenario)
+        return hub.health(), [type(listener) for listener in hub._listeners], run.envelopes
+    finally:
+        await hub.close()
+
+
+async def test_hub_health_and_listeners_are_the_apps_own(provider: TracerProvider, spans: Spans) -> None:
+    """We register no listener: ``Hub.health()`` and the listener list are identical with and without us."""
+    plain = await _hub_as_the_app_sees_it(offline.ping_pong())
+    instrumentor = AG2HandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await _hub_as_the_app_sees_it(offline.ping_pong())
+    finally:
+        instrumentor.uninstrument()
+    assert traced == plain
+    assert plain[0]["registered_listeners"] == len(plain[1]) >= 1  # compared something real
+    assert len(_handoffs(spans)) == 4  # and the handoffs were traced all the same
+
+
+class _AuditingHub(Hub):
+    """An app's hub subclass overriding a hook, as AG2 invites ("override hooks directly")."""
+
+    posted: ClassVar[list[str]] = []
+
+    async def on_envelope_posted(self, envelope: Any, metadata: Any) -> None:
+        type(self).posted.append(envelope.event_type)
+        await super().on_envelope_posted(envelope, metadata)
+
+
+async def test_a_hub_subclass_overriding_a_hook_is_observed_once(ag2: Spans, monkeypatch: Any) -> None:
+    monkeypatch.setattr(offline, "Hub", _AuditingHub)  # what the app's own hub class would be
+    _AuditingHub.posted = []
+    run = await _run(offline.ping_pong(max_turns=4))
+    assert run.close_reason == "max_turns" and _AuditingHub.posted  # the app's override still runs
+    kinds = [s.attributes[sc.KIND] for s in _handoffs(ag2)]
+    assert kinds == ["transition", "transition", "transition", "max_turns"]  # each seen once

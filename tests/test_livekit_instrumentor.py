@@ -10,7 +10,7 @@ from livekit.agents import AgentSession, llm, stt
 from livekit.agents.voice import agent_activity, agent_session, events, generation
 from lk_agents import Billing, Support, Triage
 from opentelemetry import trace
-from support import Spans
+from support import Spans, recorded_warnings
 from wrapt import FunctionWrapper
 
 from otel_handoff.cli.offline.livekit import IdleRealtimeModel, IdleRealtimeSession, ScriptedLLM
@@ -129,7 +129,12 @@ async def _handoff_and_observe(tool_calls: list[str], provider: Any) -> dict[str
 async def test_host_app_sees_no_difference(
     provider: Any, plain_and_traced: Any, spans: Spans, tool_calls: list[str]
 ) -> None:
-    plain, traced = await plain_and_traced(lambda: _handoff_and_observe(tool_calls, provider))
+    async def observe() -> tuple[dict[str, Any], list[Any]]:
+        with recorded_warnings() as found:  # category, message, filename and line
+            observed = await _handoff_and_observe(tool_calls, provider)
+        return observed, found
+
+    plain, traced = await plain_and_traced(observe)
     assert traced == plain
     assert len(spans.handoffs()) >= 2
 

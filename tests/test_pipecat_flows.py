@@ -17,7 +17,7 @@ from loguru import logger
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
 from pipecat.flows import ContextStrategy, ContextStrategyConfig, FlowManager, FlowsFunctionSchema
-from support import OpenSpans, Spans
+from support import OpenSpans, Spans, Warning, recorded_warnings
 from wrapt import FunctionWrapper
 
 from otel_handoff.cli.offline import pipecat_flows as pf
@@ -376,3 +376,93 @@ async def test_faults_in_our_code_never_reach_the_flow(
         run = await tool_transition()
     assert run.final_node == "booking"
     assert sum("internal error" in r.getMessage() for r in caplog.records) == 1
+
+
+# --- invisible to the app: warnings and the worker ------------------------------------------------
+def _fresh_deprecation_sites() -> None:
+    """Pipecat warns once per call site per process (pipecat.utils.deprecation, 1.7+): start afresh."""
+    try:
+        from pipecat.utils import deprecation
+    except ImportError:
+        return
+    getattr(deprecation, "_warned_sites", set()).clear()
+
+
+def _warnings_of(run: Any) -> list[Warning]:
+    """(category, message, filename, line) of every warning ``run()`` raises, nothing filtered."""
+    _fresh_deprecation_sites()
+    with recorded_warnings() as found:
+        run()
+    return found
+
+
+def _legacy_edge(name: str, target: Any) -> FlowsFunctionSchema:
+    """A transition whose handler has the deprecated one-argument signature."""
+
+    async def handler(args: dict[str, Any]) -> tuple[Any, Any]:
+        return {"status": "ok"}, target()
+
+    return FlowsFunctionSchema(name=name, description=name, properties={}, required=[], handler=handler)
+
+
+def _deprecated_flow() -> pf.FlowRun:
+    """A one-argument handler and RESET_WITH_SUMMARY: Flows' deprecations raised inside calls we wrap."""
+    strategy = ContextStrategyConfig(strategy=ContextStrategy.RESET_WITH_SUMMARY, summary_prompt="Summarize.")
+    start = node(
+        "greeting", functions=[_legacy_edge("go_to_booking", lambda: booking(context_strategy=strategy))]
+    )
+    return asyncio.run(
+        pf.run_flow(
+            start,
+            ["Hello, how can I help?", [("go_to_booking", {})], "Booked."],
+            [pf.user_says(SECRET_WORDS)],
+            until=lambda fm: fm.current_node == "booking" and not fm._llm.replies,
+        )
+    )
+
+
+def _flow_manager_with_task() -> None:
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineWorker
+
+    worker = PipelineWorker(Pipeline([]))
+    FlowManager(task=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)  # the deprecated keyword
+
+
+@pytest.mark.parametrize("scenario", [_flow_manager_with_task, _deprecated_flow])
+def test_deprecation_warnings_keep_their_filename_and_line(
+    instrument: Any, spans: Spans, scenario: Any
+) -> None:
+    """Each of Flows' deprecation warnings names the same file and line with us as without us."""
+    plain = _warnings_of(scenario)
+    instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
+    try:
+        traced = _warnings_of(scenario)
+    finally:
+        instrumentor.uninstrument()
+    deprecations = [w for w in plain if w[0] == "DeprecationWarning" and "deprecated" in w[1]]
+    assert deprecations, "the scenario raised Flows' deprecation warnings"
+    assert traced == plain
+    assert not any("otel_handoff" in filename for _, _, filename, _ in traced)
+
+
+def _observers_and_handlers(worker: Any) -> tuple[list[type], int]:
+    observers = [type(o) for o in worker._observer._observers]
+    return observers, len(worker._event_handlers["on_pipeline_finished"].handlers)
+
+
+async def test_uninstrument_takes_our_observer_and_handler_off_the_worker(instrument: Any) -> None:
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineWorker
+
+    from otel_handoff.pipecat import _observer
+
+    plain_worker = PipelineWorker(Pipeline([]))
+    FlowManager(worker=plain_worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
+    instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
+    worker = PipelineWorker(Pipeline([]))
+    FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
+    assert _observers_and_handlers(worker) != _observers_and_handlers(plain_worker)
+    instrumentor.uninstrument()
+    await asyncio.gather(*_observer.DETACHING)
+    assert _observers_and_handlers(worker) == _observers_and_handlers(plain_worker)

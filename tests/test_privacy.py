@@ -15,10 +15,10 @@ def test_scan_catches_private_text(provider: Any, privacy_scan: PrivacyScan) -> 
     before = len(privacy_scan.leaks)
     tracer = provider.get_tracer("otel_handoff.test")
     with tracer.start_as_current_span("agent_handoff") as span:
-        span.set_attribute("gen_ai.input", "I have a billing question")
+        span.set_attribute("agent_handoff.planted", "I have a billing question")
     leaks = privacy_scan.leaks[before:]
     del privacy_scan.leaks[before:]  # this test's leak was planted on purpose
-    assert leaks == ["agent_handoff gen_ai.input: 'I have a billing question'"]
+    assert leaks == ["agent_handoff agent_handoff.planted: 'I have a billing question'"]
 
 
 async def test_scan_sees_real_handoff_spans(instrumented: Spans, privacy_scan: PrivacyScan) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import trace
+from opentelemetry.instrumentation.utils import unwrap
 
 from ..core import schema as sc
 from ..core.instrumentor import HandoffInstrumentor, resolve
@@ -107,6 +108,10 @@ def _network_wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
         (_AGENT_MODULE, "Agent.ask", with_telemetry(n.wrap_ask, telemetry)),
         (_HUB_MODULE, "Hub.__init__", with_telemetry(n.wrap_hub_init, telemetry)),
         (_HUB_MODULE, "Hub.close", with_telemetry(n.wrap_hub_close, telemetry)),
+        *(
+            (_HUB_MODULE, f"Hub.{hook}", with_telemetry(n.wrap_hub_hook, telemetry, hook))
+            for hook in n.HUB_HOOKS
+        ),
     ]
 
 
@@ -172,6 +177,15 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
                 tested=package.TESTED_NETWORK,
             )
             return
+        if not _network.hub_awaits_own_hooks():
+            self.refuse(
+                release="ag2",
+                version=version,
+                missing=["Hub._fan_out awaiting the hub's own hooks"],
+                what=what,
+                tested=package.TESTED_NETWORK,
+            )
+            return
         telemetry = _network.NetworkTelemetry(
             tracer, metrics, self.static_attributes(sc.FRAMEWORK_AG2, version)
         )
@@ -198,7 +212,9 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
                 for original, wrapper in cls._manager_reply_funcs:
                     manager.replace_reply_func(wrapper, original)
         if cls._network is not None:
-            cls._network.detach_all()  # listeners off every hub opened while instrumented
+            cls._network.detach_all()  # no hub is observed any more
+            for owner, hook in cls._network.lazily_wrapped:
+                unwrap(owner, hook)
         self.unwrap_all()
         cls._telemetry = None
         cls._network = None

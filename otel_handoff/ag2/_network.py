@@ -8,8 +8,11 @@ channel ends. Three observation points, all public AG2 surface:
   a decision. The hub also re-runs ``fold`` when it replays its log (``Hub.hydrate``) and a
   remote client re-runs it for ``adapter_state``; so a fold is only *noted* here, per channel
   and envelope, and becomes a handoff only when the hub says the envelope was posted;
-- a ``BaseHubListener`` on every hub (``on_envelope_posted``: the envelope was accepted live;
-  ``on_channel_event`` "closed"; ``on_turn_failed``);
+- the hub's own per-event hook methods (``Hub.on_envelope_posted``: the envelope was accepted
+  live; ``Hub.on_channel_event`` "closed"; ``Hub.on_turn_failed``), which ``Hub._fan_out``
+  awaits before the registered listeners. Observing there registers no listener, so the app's
+  listener list and ``Hub.health()`` stay exactly its own; a hub subclass that overrides a hook
+  gets its override observed too (once, even when it calls ``super()``);
 - ``Agent.ask``: the next agent's turn begins (the handler passes the channel and the folded
   state it acts on in ``dependencies``), which ends the handoff.
 
@@ -21,9 +24,12 @@ into a span.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 import weakref
 from collections import OrderedDict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +44,11 @@ from ag2.network import (
     TransitionGraph,
     WorkflowState,
 )
-from ag2.network.hub.listener import BaseHubListener
+from ag2.network.hub.core import Hub
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.conversation import Conversation
@@ -80,22 +87,25 @@ class NetworkTelemetry(HandoffTelemetry):
     folds: weakref.WeakKeyDictionary[Any, dict[str, OrderedDict[str, tuple[int, Any]]]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
-    # hubs that hold one of our listeners, removed again at uninstrument()
-    listeners: weakref.WeakKeyDictionary[Any, HandoffListener] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
+    # hubs opened while instrumented -> what we observe of each
+    hubs: weakref.WeakKeyDictionary[Any, HubTracker] = field(default_factory=weakref.WeakKeyDictionary)
+    # (hub subclass, hook) whose override was wrapped on first sight; undone by uninstrument()
+    lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
 
     def attach(self, hub: Any) -> None:
-        if self.enabled and hub not in self.listeners:
-            listener = self.listeners[hub] = HandoffListener(self, hub)
-            hub.register_listener(listener)
+        if not self.enabled or hub in self.hubs:
+            return
+        self.hubs[hub] = HubTracker(self, hub)
+        for hook in HUB_HOOKS:  # a subclass's own override of a hook is observed too
+            owner = next(c for c in type(hub).__mro__ if hook in vars(c))
+            if owner is not Hub and not isinstance(vars(owner)[hook], FunctionWrapper):
+                wrap_function_wrapper(owner, hook, functools.partial(wrap_hub_hook, self, hook))
+                self.lazily_wrapped.append((owner, hook))
 
     def detach_all(self) -> None:
-        """uninstrument(): listeners off every hub, every open channel's spans ended."""
+        """uninstrument(): no hub is observed any more, every open channel's spans ended."""
         self.enabled = False
-        for hub, listener in list(self.listeners.items()):
-            hub.unregister_listener(listener)
-        self.listeners.clear()
+        self.hubs.clear()
         now = time.time_ns()
         for track in list(self.channels.values()):
             track.close(now, closed_as_decided=False)
@@ -131,26 +141,25 @@ class NetworkTelemetry(HandoffTelemetry):
             track.turn_begins(state.last_envelope_id, getattr(client, "agent_id", None), time.time_ns())
 
 
-class HandoffListener(BaseHubListener):
-    """Registered on every hub opened while instrumented; AG2 awaits it after each change."""
+class HubTracker:
+    """What is observed of one hub opened while instrumented, through its own hook methods."""
 
     def __init__(self, telemetry: NetworkTelemetry, hub: Any) -> None:
         self._telemetry = telemetry
         self._hub = weakref.ref(hub)
 
-    async def on_envelope_posted(self, envelope: Any, metadata: Any) -> None:
-        telemetry = self._telemetry
-        if telemetry.enabled and metadata.manifest.type == WORKFLOW_TYPE:
-            guard("ag2 workflow envelope", self._posted, envelope)
+    def on_envelope_posted(self, envelope: Any, metadata: Any, *_: Any) -> None:
+        if metadata.manifest.type == WORKFLOW_TYPE:
+            self._posted(envelope)
 
-    async def on_channel_event(self, channel_id: str, kind: str, payload: Any) -> None:
+    def on_channel_event(self, channel_id: str, kind: str, *_: Any) -> None:
         if kind == "closed":
-            guard("ag2 workflow channel closed", self._closed, channel_id)
+            self._closed(channel_id)
 
-    async def on_turn_failed(self, channel_id: str, agent_id: str, envelope_id: str, exc: Any) -> None:
+    def on_turn_failed(self, channel_id: str, agent_id: str, envelope_id: str, exc: Any, *_: Any) -> None:
         track = self._telemetry.channels.get(channel_id)
         if track is not None:
-            guard("ag2 workflow turn failed", track.turn_failed, envelope_id, agent_id, exc)
+            track.turn_failed(envelope_id, agent_id, exc)
 
     def _posted(self, envelope: Any) -> None:
         telemetry = self._telemetry
@@ -348,12 +357,47 @@ def wrap_hub_init(telemetry: NetworkTelemetry, wrapped: Any, instance: Any, args
     return result
 
 
+# the hub's own per-event hooks we observe (``Hub._fan_out`` awaits them before any listener)
+HUB_HOOKS = ("on_envelope_posted", "on_channel_event", "on_turn_failed")
+
+
+def hub_awaits_own_hooks() -> bool:
+    """Does ``Hub._fan_out`` call the hub's own hook methods (ag2 1.0 to 1.2 do)? Read by shape."""
+    try:
+        source = inspect.getsource(Hub._fan_out)
+    except (AttributeError, OSError, TypeError):
+        return False
+    return "getattr(self, method_name" in source
+
+
+_IN_HOOK: ContextVar[bool] = ContextVar("otel_handoff_ag2_hub_hook", default=False)
+
+
+async def wrap_hub_hook(
+    telemetry: NetworkTelemetry, hook: str, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    """The hub's own hook runs as it would; then the event is observed, once per event.
+
+    Once: a subclass override calling ``super()`` reaches the wrapped base method inside it.
+    """
+    if _IN_HOOK.get():
+        return await wrapped(*args, **kwargs)
+    token = _IN_HOOK.set(True)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _IN_HOOK.reset(token)
+        tracker = telemetry.hubs.get(instance) if telemetry.enabled else None
+        if tracker is not None:
+            guard(f"Hub.{hook}", getattr(tracker, hook), *args, *kwargs.values())
+
+
 async def wrap_hub_close(
     telemetry: NetworkTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     try:
         return await wrapped(*args, **kwargs)
     finally:
-        listener = telemetry.listeners.get(instance)
-        if listener is not None:
-            guard("Hub.close", listener.hub_closing)
+        tracker = telemetry.hubs.get(instance)
+        if tracker is not None:
+            guard("Hub.close", tracker.hub_closing)

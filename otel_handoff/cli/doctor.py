@@ -66,7 +66,10 @@ def _frameworks(report: Report) -> None:
             )
             continue
         state = f"disabled by {_auto.DISABLED_ENV}" if framework.entry_point in disabled else "will be traced"
-        report.say(f"  {label} {version}: supported ({wanted}); entry point {framework.entry_point}: {state}")
+        report.say(
+            f"  {label} {version}: supported ({wanted}; tested: {framework.tested}); "
+            f"entry point {framework.entry_point}: {state}"
+        )
     if not found:
         report.problem("no supported framework is installed", ANY_HINT)
 

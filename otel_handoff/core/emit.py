@@ -38,7 +38,7 @@ class Emitted(NamedTuple):
 
 def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     """Make the record's ``agent_handoff`` span, its phase children and its metrics."""
-    attributes = _attributes(telemetry, record)
+    attributes, phase_seconds = _attributes(telemetry, record)
     parent = record.parent if record.parent is not None else otel_context.get_current()
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent, attributes)
@@ -62,12 +62,11 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
                 _child(tracer, phase, inside, end_ns)
     finally:
         span.end(end_time=end_ns)
-    emitted = Emitted(span.get_span_context(), inside, parent, recording, attributes)
     metrics = telemetry.metrics
     if metrics.enabled:
         metrics.record_handoff(attributes[sc.DURATION], attributes, inside)
-        metrics.record_phases(_phase_seconds(record.phases), attributes, inside)
-    return emitted
+        metrics.record_phases(phase_seconds.items(), attributes, inside)
+    return Emitted(span.get_span_context(), inside, parent, recording, attributes)
 
 
 def emit_late_phase(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord) -> None:
@@ -99,56 +98,62 @@ def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecor
         telemetry.metrics.record_phases(((phase.name, seconds),), emitted.attributes, emitted.context)
 
 
-def _attributes(telemetry: HandoffTelemetry, record: HandoffRecord) -> dict[str, Any]:
-    """Every attribute of the ``agent_handoff`` span, built once."""
+def _attributes(
+    telemetry: HandoffTelemetry, record: HandoffRecord
+) -> tuple[dict[str, Any], dict[str, float]]:
+    """Every attribute of the ``agent_handoff`` span, and the seconds of each phase for the metric."""
     attributes = dict(telemetry.static_attributes)
     attributes[sc.OUTCOME] = record.outcome
     attributes[sc.SEQUENCE] = record.sequence
-    for key, value in (
-        (sc.FROM_AGENT_NAME, record.from_agent),
-        (sc.FROM_AGENT_ID, record.from_agent_id),
-        (sc.TO_AGENT_NAME, record.to_agent),
-        (sc.TO_AGENT_ID, record.to_agent_id),
-        (sc.TRIGGER, record.trigger),
-        (sc.KIND, record.kind),
-        (sc.GEN_AI_TOOL_NAME, record.tool_name),
-        (sc.GEN_AI_TOOL_CALL_ID, record.tool_call_id),
-        (sc.GEN_AI_CONVERSATION_ID, record.conversation_id),
-    ):
-        if value is not None:
-            attributes[key] = value
-    attributes.update(record.attributes)
-    work_ns = 0
+    if record.from_agent is not None:
+        attributes[sc.FROM_AGENT_NAME] = record.from_agent
+    if record.from_agent_id is not None:
+        attributes[sc.FROM_AGENT_ID] = record.from_agent_id
+    if record.to_agent is not None:
+        attributes[sc.TO_AGENT_NAME] = record.to_agent
+    if record.to_agent_id is not None:
+        attributes[sc.TO_AGENT_ID] = record.to_agent_id
+    if record.trigger is not None:
+        attributes[sc.TRIGGER] = record.trigger
+    if record.kind is not None:
+        attributes[sc.KIND] = record.kind
+    if record.tool_name is not None:
+        attributes[sc.GEN_AI_TOOL_NAME] = record.tool_name
+    if record.tool_call_id is not None:
+        attributes[sc.GEN_AI_TOOL_CALL_ID] = record.tool_call_id
+    if record.conversation_id is not None:
+        attributes[sc.GEN_AI_CONVERSATION_ID] = record.conversation_id
+    if record.attributes:
+        attributes.update(record.attributes)
+    seconds: dict[str, float] = {}  # several lock waits add up
+    work = 0.0
+    cut_short = None
     for phase in record.phases:
-        spec = _PHASES[phase.name]
-        if not spec.on_handoff_span:
-            continue
-        ns = _own_ns(phase)
-        key = spec.duration_attribute
-        attributes[key] = attributes.get(key, 0.0) + ns / 1e9  # several lock waits add up
+        if not phase.end_ns:
+            continue  # still running when the handoff ended: its span ends with it, no duration
+        own = phase.own_ns if phase.own_ns is not None else phase.end_ns - phase.start_ns
+        value = max(0, own) / 1e9
+        name = phase.name
+        seconds[name] = seconds.get(name, 0.0) + value
+        spec = _PHASES[name]
         if spec.role == sc.ROLE_WORK:
-            work_ns += ns
-    if record.duration is not None:
-        attributes[sc.DURATION] = record.duration
-    else:
-        attributes[sc.DURATION] = work_ns / 1e9
-    return attributes
+            work += value
+        if phase.error is not None and isinstance(phase.error, asyncio.CancelledError):
+            cut_short = name  # not a duration of that phase: left out of the metric
+    for name, value in seconds.items():
+        spec = _PHASES[name]
+        if spec.on_handoff_span:
+            attributes[spec.duration_attribute] = value
+    attributes[sc.DURATION] = record.duration if record.duration is not None else work
+    if cut_short is not None and _PHASES[cut_short].role == sc.ROLE_AFTER:
+        del seconds[cut_short]
+    return attributes, seconds
 
 
 def _own_ns(phase: PhaseRecord) -> int:
     if phase.own_ns is not None:
         return max(0, phase.own_ns)
     return max(0, phase.end_ns - phase.start_ns) if phase.end_ns else 0
-
-
-def _phase_seconds(phases: list[PhaseRecord]) -> list[tuple[str, float]]:
-    """One data point per phase name (several lock waits add up); cut-short phases left out."""
-    seconds: dict[str, float] = {}
-    for phase in phases:
-        if not phase.end_ns or isinstance(phase.error, asyncio.CancelledError):
-            continue
-        seconds[phase.name] = seconds.get(phase.name, 0.0) + _own_ns(phase) / 1e9
-    return list(seconds.items())
 
 
 def _child(tracer: trace.Tracer, phase: PhaseRecord, parent: otel_context.Context, end_ns: int) -> None:

@@ -7,6 +7,7 @@ nothing else, so the start-up hook stays cheap.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 
 
@@ -30,6 +31,12 @@ class Framework:
     @property
     def install_hint(self) -> str:
         return f"pip install 'otel-handoff[{self.extra}]'"
+
+    @property
+    def tested(self) -> str:
+        """The releases the version matrix passes, as the instrumentor's ``package.py`` states them."""
+        package = importlib.import_module(self.instrumentor.partition(":")[0] + ".package")
+        return "; ".join(value for name, value in sorted(vars(package).items()) if name.startswith("TESTED"))
 
 
 FRAMEWORKS: tuple[Framework, ...] = (

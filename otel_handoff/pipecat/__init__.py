@@ -17,12 +17,17 @@ only: never messages, function arguments or results, summaries or ``tts_say`` te
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
+import sys
 import time
+import warnings
 from collections.abc import Collection
 from typing import Any
 
 from ..core import schema as sc
+from ..core.attribution import AttributedWarnings, attributed_warn_helper
+from ..core.faults import guard
 from ..core.instrumentor import HandoffInstrumentor
 from .package import NEWEST_TESTED, TESTED, _instruments
 
@@ -36,7 +41,13 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
     from . import _wrappers as w
 
     with_telemetry = functools.partial
+    manager = importlib.import_module(_MANAGER)
+    # Flows' deprecation helper (1.7+), so its warnings name the app's line, not ours
+    helper = (
+        [(_MANAGER, "warn_deprecated", attributed_warn_helper)] if hasattr(manager, "warn_deprecated") else []
+    )
     return [
+        *helper,
         (_MANAGER, "FlowManager.__init__", with_telemetry(w.wrap_init, telemetry)),
         (
             _MANAGER,
@@ -93,13 +104,22 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             what="Flows transitions are",
         ):
             type(self)._telemetry = telemetry
+            manager = importlib.import_module(_MANAGER)
+            if getattr(manager, "warnings", None) is warnings:  # Flows' plain warnings.warn calls
+                manager.warnings = AttributedWarnings()
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
         telemetry = cls._telemetry
         if telemetry is not None:
-            telemetry.enabled = False  # observers left on running workers now pass everything by
+            telemetry.enabled = False  # an observer not yet removed passes everything by
             for state in list(telemetry.flows.values()):
                 state.finish(time.time_ns())
+                if state.watch is not None:
+                    guard("uninstrument()", state.watch.detach)  # observers and handlers off the workers
+                    state.watch = None
         self.unwrap_all()
+        manager = sys.modules.get(_MANAGER)
+        if isinstance(getattr(manager, "warnings", None), AttributedWarnings):
+            manager.warnings = warnings
         cls._telemetry = None

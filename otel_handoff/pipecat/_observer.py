@@ -1,9 +1,13 @@
-"""The worker observer that sees the bot start speaking in a new node (the end of dead air)."""
+"""What we put on a flow's worker (an observer for first speech, a handler for the conversation's
+end), and how ``uninstrument()`` takes both off again."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import weakref
+from collections.abc import Coroutine
 from typing import Any
 
 from pipecat.frames.frames import BotStartedSpeakingFrame
@@ -11,6 +15,11 @@ from pipecat.observers.base_observer import BaseObserver
 
 from ..core.faults import guard
 from ._transition import FlowState, FlowsTelemetry
+
+_LOG = logging.getLogger(__name__)
+_FINISHED = "on_pipeline_finished"
+# observer removals handed to a running loop, kept until done (a task nobody holds can vanish)
+DETACHING: set[asyncio.Future[Any]] = set()
 
 
 class _FirstSpeech(BaseObserver):
@@ -34,5 +43,61 @@ class _FirstSpeech(BaseObserver):
             guard("first speech", state.first_speech, time.time_ns())
 
 
-def first_speech_observer(telemetry: FlowsTelemetry, state: FlowState) -> BaseObserver:
-    return _FirstSpeech(telemetry, state)
+class WorkerWatch:
+    """Our observer and ``on_pipeline_finished`` handler on one worker, until :meth:`detach`."""
+
+    def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
+        self._worker = weakref.ref(worker)
+        self._observer = _FirstSpeech(telemetry, state)
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None  # the worker's loop is not known yet
+
+        async def finished(*_: Any) -> None:
+            guard(_FINISHED, state.finish, time.time_ns())
+
+        self._finished = finished
+        worker.add_observer(self._observer)
+        worker.add_event_handler(_FINISHED, finished)
+
+    def detach(self) -> None:
+        """Take the handler off now and the observer as soon as its worker's loop allows.
+
+        ``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it
+        runs on; on one that does not, it has nothing to wait for and completes right here.
+        """
+        worker = self._worker()
+        if worker is None:
+            return
+        worker.remove_event_handler(_FINISHED, self._finished)
+        removal = worker.remove_observer(self._observer)
+        loop = self._loop if self._loop is not None and self._loop.is_running() else _running_loop()
+        if loop is None:
+            _complete_now(removal)
+        elif loop is _running_loop():
+            _keep(loop.create_task(removal))
+        else:
+            _keep(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(removal, loop), loop=loop))
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _keep(future: asyncio.Future[Any]) -> None:
+    DETACHING.add(future)
+    future.add_done_callback(DETACHING.discard)
+
+
+def _complete_now(coroutine: Coroutine[Any, Any, Any]) -> None:
+    """Run a coroutine that has nothing to wait for (no loop runs its pipeline) to its end."""
+    try:
+        coroutine.send(None)
+    except StopIteration:
+        return
+    coroutine.close()
+    _LOG.debug("otel-handoff: an observer removal had to wait with no loop running; left to the worker")

@@ -64,12 +64,13 @@ def _conversation_id(flow_manager: Any) -> str | None:
 class FlowState:
     """One FlowManager: its requested transition, its conversation, speech awaited."""
 
-    __slots__ = ("__weakref__", "awaiting_speech", "conversation", "pending", "telemetry")
+    __slots__ = ("__weakref__", "awaiting_speech", "conversation", "pending", "telemetry", "watch")
 
     def __init__(self, telemetry: FlowsTelemetry, conversation_id: str | None = None) -> None:
         self.telemetry = telemetry
         self.pending: Transition | None = None  # requested by a tool, not yet executing
         self.awaiting_speech: Transition | None = None  # set, until the bot speaks in the new node
+        self.watch: Any = None  # our observer and handler on the flow's worker (``_observer.WorkerWatch``)
         # one trace per conversation when Pipecat traces nothing (an empty context: a new trace)
         self.conversation = Conversation(telemetry, time.time_ns(), otel_context.Context(), conversation_id)
 

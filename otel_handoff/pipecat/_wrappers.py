@@ -76,18 +76,12 @@ def wrap_init(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any,
 
 def _watch_worker(telemetry: FlowsTelemetry, flow_manager: Any) -> None:
     """First speech through an observer on the worker; the conversation's end through its event."""
-    from ._observer import first_speech_observer
+    from ._observer import WorkerWatch
 
     state = telemetry.state(flow_manager)
     worker = getattr(flow_manager, "_worker", None)
-    if worker is None:
-        return
-    worker.add_observer(first_speech_observer(telemetry, state))
-
-    async def finished(*_: Any) -> None:
-        guard("on_pipeline_finished", state.finish, time.time_ns())
-
-    worker.add_event_handler("on_pipeline_finished", finished)
+    if worker is not None:
+        state.watch = WorkerWatch(telemetry, state, worker)
 
 
 # --- a tool asks for a transition ---------------------------------------------------------------
