@@ -7,6 +7,10 @@ The fixtures themselves (providers, readers, scans, instrumentors, a collector) 
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -192,3 +196,27 @@ def recorded_warnings() -> Iterator[list[Warning]]:
         warnings.simplefilter("always")
         yield found
     found += [(w.category.__name__, str(w.message), w.filename, w.lineno) for w in caught]
+
+
+# --- an app that configures export and exits ----------------------------------------------------
+EXIT_APP = """
+import logging, sys
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+import otel_handoff
+otel_handoff.configure(instrument=False)
+from opentelemetry import trace
+for _ in range(3):
+    trace.get_tracer("exit-app").start_span("work").end()
+print("done")
+"""
+
+
+def run_exit_app(**settings: str) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """(seconds to run, result) of a three-span app using ``configure()``, with ``settings`` as OTEL_*."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    env |= {"OTEL_METRICS_EXPORTER": "none", **settings}
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-c", EXIT_APP], env=env, capture_output=True, text=True, timeout=120
+    )
+    return time.monotonic() - start, result

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
+from support import run_exit_app
 
 import otel_handoff
 from otel_handoff import _auto, export
@@ -520,37 +521,15 @@ async def test_unreachable_endpoint_costs_handoffs_nothing_and_warns_once(
 
 
 # --- exit with a collector that does not answer -------------------------------------------------
-EXIT_APP = """
-import logging, sys
-logging.basicConfig(level=logging.WARNING, format="%(message)s")
-import otel_handoff
-otel_handoff.configure(instrument=False)
-from opentelemetry import trace
-for _ in range(3):
-    trace.get_tracer("exit-app").start_span("work").end()
-print("done")
-"""
-
-
-def _exit_app(**settings: str) -> tuple[float, subprocess.CompletedProcess[str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
-    env |= {"OTEL_METRICS_EXPORTER": "none", **settings}
-    start = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-c", EXIT_APP], env=env, capture_output=True, text=True, timeout=120
-    )
-    return time.monotonic() - start, result
-
-
 def test_exit_with_a_dead_collector_is_bounded_and_says_what_was_lost() -> None:
     with socket.socket() as listener:  # bound, never accepting: nobody answers on this port
         listener.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        elapsed, result = _exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=dead)
+        elapsed, result = run_exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=dead)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
     lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
     assert len(lost) == 1 and "3 span(s)" in lost[0], result.stderr
     # the SDK's own exit waits out its retries (10 s export timeout); ours gives the exporter 1 s
-    plain_elapsed, plain = _exit_app(OTEL_TRACES_EXPORTER="none")
+    plain_elapsed, plain = run_exit_app(OTEL_TRACES_EXPORTER="none")
     assert plain.returncode == 0
     assert elapsed - plain_elapsed < export.EXIT_TIMEOUT_SECONDS + 6, (elapsed, plain_elapsed)

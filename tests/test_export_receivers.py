@@ -277,8 +277,9 @@ def test_receiver_stopped_mid_run(rotel: Rotel, app: Path) -> None:
     (second,) = rounds(stdout)
     assert second["completed"] == 3, "every handoff completes with the receiver gone"
     assert second["slowest"] < EXPORT_TIMEOUT, "a handoff waited for the exporter's retries"
-    # one warning for the outage, and at exit one line saying what it cost: nothing else
-    warnings = telemetry_warnings(stderr)
-    assert len(warnings) == 2, stderr
-    assert "otel-handoff: cannot export" in warnings[0] and rotel.grpc_endpoint in warnings[0]
-    assert "span(s) were not delivered" in warnings[1]
+    # at exit one line saying what the outage cost and why; before it, at most the outage's one
+    # warning (when an export to the stopped receiver gave up before the exit): nothing else
+    *outage, lost = telemetry_warnings(stderr)
+    assert "span(s) were not delivered" in lost and rotel.grpc_endpoint in lost, stderr
+    assert "UNAVAILABLE" in lost or "cannot export" in "".join(outage), stderr
+    assert len(outage) <= 1 and all("otel-handoff: cannot export" in line for line in outage), stderr

@@ -250,9 +250,48 @@ def test_many_calls_aggregate_per_pair(
 def test_a_span_seen_twice_counts_once(
     demo_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    twice = tmp_path / "twice.jsonl"
-    twice.write_text(demo_file.read_text(encoding="utf-8") * 2, encoding="utf-8")
-    assert summary_json(capsys, twice)["handoffs"] == 6
+    """Repeats (overlapping queries, an exporter's retry) count once, and one line says how many."""
+    spans = len(raw_spans(demo_file))
+    many = tmp_path / "many.jsonl"
+    many.write_text(demo_file.read_text(encoding="utf-8") * 5, encoding="utf-8")
+    code, out, err = _run(capsys, many, "--format", "table")
+    assert code == 0
+    assert err.splitlines() == [
+        f"otel-handoff summary: {many}: {4 * spans} repeated span(s) (same trace and span id) counted once"
+    ]
+    rows = [line.split() for line in out.splitlines() if line.startswith("livekit-agents")]
+    assert {(r[1], r[3]): r[4:6] for r in rows} == {k: [via, "1"] for k, via in DEMO_PAIRS.items()}  # no "x5"
+    assert summary_json(capsys, many)["handoffs"] == 6
+
+
+def test_via_counts_only_when_there_are_several_ways() -> None:
+    from otel_handoff.cli.summary import HandoffRecord as Handoff
+    from otel_handoff.cli.summary import _via
+
+    def handoff(via: str) -> Handoff:
+        return Handoff("livekit-agents", "a", "b", via, "completed", 0.01)
+
+    (one,) = summarize([handoff("task")] * 3)
+    (mixed,) = summarize([handoff("task"), handoff("task"), handoff("tool")])
+    assert (_via(one), _via(mixed)) == ("task", "task x2, tool")
+
+
+def test_a_cut_off_last_line_is_left_out_with_one_warning(
+    demo_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As a collector's file exporter leaves a file it is still writing: the complete lines count."""
+    requests = demo_file.read_text(encoding="utf-8").splitlines()
+    cut = _write(tmp_path / "cut.jsonl", [*requests, requests[0][: len(requests[0]) // 2]])
+    code, out, err = _run(capsys, cut, "--format", "json")
+    assert code == 0
+    line = len(requests) + 1
+    assert err.splitlines() == [
+        f"otel-handoff summary: {cut}: line {line} is cut off (a file still being written?): left out"
+    ]
+    assert json.loads(out)["handoffs"] == 6
+    # a bad line anywhere else is still an error, as is a last line broken other than at its end
+    broken = _write(tmp_path / "broken.jsonl", [*requests, requests[0].replace(":", ";", 1)])
+    assert _run(capsys, broken)[0] == 2
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -337,8 +376,8 @@ def test_livekit_and_ag2_in_one_file_stay_apart(
 
 
 # --- no handoffs, malformed input -----------------------------------------------------------------
-def _run(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str, str]:
-    code = main(["summary", str(path)])
+def _run(capsys: pytest.CaptureFixture[str], path: Path, *options: str) -> tuple[int, str, str]:
+    code = main(["summary", str(path), *options])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

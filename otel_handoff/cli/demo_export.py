@@ -18,12 +18,11 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
     SimpleSpanProcessor,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ..export import exporters, shutdown_within
+from ..export import CountingSpanProcessor, exporters, shutdown_within
 from . import otlp_json
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
@@ -84,14 +83,14 @@ class DemoResult:
 
     def shutdown(self) -> str | None:
         """Flush and shut the provider down; return one line saying where spans went, if anywhere."""
-        # a collector that does not answer delays the exit by EXIT_TIMEOUT_SECONDS at most
-        shutdown_within(self.provider, self.meter_provider, self._exporters)
+        # whatever the collector does, the exit waits about EXIT_TIMEOUT_SECONDS at most
+        report = shutdown_within(self.provider, self.meter_provider, self._exporters)
         where: list[str] = []
         if self._otlp is not None and self.otlp_target is not None:
-            if self._otlp.failed:
+            if report.undelivered:
                 where.append(
-                    f"{self.otlp_target} ({self._otlp.exported} spans, {self._otlp.failed} not delivered:"
-                    " see the log above)"
+                    f"{self.otlp_target} ({self._otlp.exported} spans, {report.undelivered} not delivered:"
+                    f" {report.why})"
                 )
             else:
                 where.append(f"{self.otlp_target} ({self._otlp.exported} spans)")
@@ -130,7 +129,7 @@ class DemoTracing:
         if spans_out or metrics_out:
             for description, exporter in spans_out:
                 otlp, otlp_target = exporter, description  # counts what was delivered
-                provider.add_span_processor(BatchSpanProcessor(otlp))
+                provider.add_span_processor(CountingSpanProcessor(otlp))
             readers = [PeriodicExportingMetricReader(exporter) for _, exporter in metrics_out]
             if readers:  # the handoff metrics too, for the Grafana dashboard
                 meter_provider = MeterProvider(

@@ -1,15 +1,14 @@
 """``otel-handoff doctor``: what handoff tracing would do in this environment, and what to fix.
 
 Reads the same settings the start-up hook, the instrumentors and :func:`otel_handoff.configure`
-read, builds (but never uses) the exporters they would build, and tries a TCP connection to
-each OTLP endpoint. Exit status 1 when something would keep handoffs from being traced or
-exported, each problem with a one-line fix.
+read, builds (but never uses) the exporters they would build, and sends each OTLP endpoint an
+empty export request over the configured protocol. Exit status 1 when something would keep
+handoffs from being traced or exported, each problem with a one-line fix.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +18,7 @@ from .. import _auto
 from ..core.frameworks import ANY_HINT, FRAMEWORKS
 from ..version import __version__
 
-_CONNECT_TIMEOUT = 2.0
+_PROBE_TIMEOUT = 2.0  # seconds a receiver gets to answer an empty export request
 
 
 @dataclass
@@ -106,15 +105,93 @@ def _auto_instrumentation(report: Report) -> None:
         report.say(f"  {_auto.ENV}={shown}: off (instrument in code, or run under opentelemetry-instrument)")
 
 
-def _answers(endpoint: str) -> str | None:
-    """None when a TCP connection to the endpoint succeeds, else why not."""
-    parts = urlsplit(endpoint)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+def _probe(signal: str, kind: str, endpoint: str) -> str | None:
+    """Send an empty OTLP export request as the exporter would; None when the receiver accepts it.
+
+    A port that opens proves little: a hung collector, a proxy or a full queue accept the
+    connection and never answer. Over ``kind`` (``otlp/grpc`` or ``otlp/http/protobuf``),
+    with the configured headers, and ``_PROBE_TIMEOUT`` seconds to answer.
+    """
+    from opentelemetry.sdk import environment_variables as env
+    from opentelemetry.util.re import parse_env_headers
+
+    variable = (
+        env.OTEL_EXPORTER_OTLP_TRACES_HEADERS
+        if signal == "traces"
+        else env.OTEL_EXPORTER_OTLP_METRICS_HEADERS
+    )
+    raw = os.environ.get(variable) or os.environ.get(env.OTEL_EXPORTER_OTLP_HEADERS, "")
+    headers = parse_env_headers(raw, liberal=True)
+    if kind == "otlp/grpc":
+        return _probe_grpc(signal, endpoint, headers)
+    return _probe_http(signal, endpoint, headers)
+
+
+def _probe_http(signal: str, url: str, headers: dict[str, str]) -> str | None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, data=_empty_request(signal), headers={"Content-Type": "application/x-protobuf", **headers}
+    )
     try:
-        with socket.create_connection((parts.hostname or "localhost", port), timeout=_CONNECT_TIMEOUT):
-            return None
+        with urllib.request.urlopen(request, timeout=_PROBE_TIMEOUT) as answer:
+            status = answer.status
+    except urllib.error.HTTPError as exc:
+        return f"answers HTTP {exc.code} {exc.reason} to an export request"
+    except TimeoutError:
+        return f"accepts connections but sent no answer in {_PROBE_TIMEOUT:g} s"
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, TimeoutError):
+            return f"accepts connections but sent no answer in {_PROBE_TIMEOUT:g} s"
+        return getattr(reason, "strerror", None) or str(reason)
     except OSError as exc:
         return exc.strerror or type(exc).__name__
+    return None if 200 <= status < 300 else f"answers HTTP {status} to an export request"
+
+
+def _probe_grpc(signal: str, endpoint: str, headers: dict[str, str]) -> str | None:
+    import grpc
+    from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    parts = urlsplit(endpoint)
+    target = f"{parts.hostname or 'localhost'}:{parts.port or (443 if parts.scheme == 'https' else 4317)}"
+    channel = (
+        grpc.secure_channel(target, grpc.ssl_channel_credentials())
+        if parts.scheme == "https"
+        else grpc.insecure_channel(target)
+    )
+    stub = (
+        trace_service_pb2_grpc.TraceServiceStub(channel)
+        if signal == "traces"
+        else metrics_service_pb2_grpc.MetricsServiceStub(channel)
+    )
+    request = _request_class(signal)()
+    try:
+        stub.Export(request, timeout=_PROBE_TIMEOUT, metadata=[(k.lower(), v) for k, v in headers.items()])
+    except grpc.RpcError as exc:
+        code = exc.code()
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            return f"accepts connections but sent no answer in {_PROBE_TIMEOUT:g} s"
+        if code is grpc.StatusCode.UNAVAILABLE:
+            return f"unavailable ({' '.join(str(exc.details()).split())[:200]})"
+        return f"answers {code.name} to an export request"
+    finally:
+        channel.close()
+    return None
+
+
+def _request_class(signal: str) -> type:
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    return ExportTraceServiceRequest if signal == "traces" else ExportMetricsServiceRequest
+
+
+def _empty_request(signal: str) -> bytes:
+    return _request_class(signal)().SerializeToString()
 
 
 def _export(report: Report) -> None:
@@ -146,17 +223,25 @@ def _export(report: Report) -> None:
         for description, exporter in built:
             kind, _, endpoint = description.partition(" ")
             if endpoint.startswith(("http://", "https://")):
-                why = _answers(endpoint)
+                why = _probe(signal, kind, endpoint)
                 state = "answers" if why is None else f"does not answer ({why})"
                 report.say(f"  {signal}: {kind} -> {endpoint}: {state}")
                 if why is not None and signal == "traces":
-                    report.problem(
-                        f"the OTLP endpoint {endpoint} does not answer ({why})",
-                        "start the collector there, or point OTEL_EXPORTER_OTLP_ENDPOINT at one that runs",
-                    )
+                    report.problem(f"the OTLP endpoint {endpoint} does not answer ({why})", _fix_for(why))
             else:
                 report.say(f"  {signal}: {description}")
             exporter.shutdown()
+
+
+def _fix_for(why: str) -> str:
+    if "no answer" in why:
+        return (
+            "restart the receiver there (or the proxy in front of it): it takes connections and "
+            "hangs, and spans sent to it are lost"
+        )
+    if why.startswith("answers"):
+        return "check the receiver's log and its OTLP settings (path, headers, TLS): it refuses exports"
+    return "start the collector there, or point OTEL_EXPORTER_OTLP_ENDPOINT at one that runs"
 
 
 def diagnose() -> Report:

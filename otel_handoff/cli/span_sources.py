@@ -60,12 +60,15 @@ class SpanRecord:
 
 
 # --- entry points ---------------------------------------------------------------------------------
-def read_spans(source: str) -> list[SpanRecord]:
-    """Spans from a file path, ``-`` (standard input), or an ``http(s)://`` Phoenix or Jaeger URL."""
+def read_spans(source: str, notes: list[str] | None = None) -> list[SpanRecord]:
+    """Spans from a file path, ``-`` (standard input), or an ``http(s)://`` Phoenix or Jaeger URL.
+
+    ``notes`` collects what was tolerated (a cut-off last line), one line each.
+    """
     if source.startswith(("http://", "https://")):
         return _read_url(source)
     if source == "-":
-        return parse_spans(sys.stdin.read())
+        return parse_spans(sys.stdin.read(), notes)
     path = Path(source)
     try:
         text = path.read_text(encoding="utf-8")
@@ -77,33 +80,40 @@ def read_spans(source: str) -> list[SpanRecord]:
         raise SpanSourceError(f"not UTF-8 text (byte {exc.start}): is it compressed?") from None
     except OSError as exc:
         raise SpanSourceError(exc.strerror or str(exc)) from None
-    return parse_spans(text)
+    return parse_spans(text, notes)
 
 
-def parse_spans(text: str) -> list[SpanRecord]:
+def parse_spans(text: str, notes: list[str] | None = None) -> list[SpanRecord]:
     """Spans from the text of a file in any of the supported layouts (empty text: no spans)."""
     spans: list[SpanRecord] = []
-    for where, document in _documents(text):
+    for where, document in _documents(text, notes if notes is not None else []):
         spans.extend(_from_document(document, where))
     return spans
 
 
 # --- JSON documents in a text ---------------------------------------------------------------------
-def _documents(text: str) -> Iterator[tuple[str, Any]]:
+def _documents(text: str, notes: list[str]) -> Iterator[tuple[str, Any]]:
     """(where, document) for each JSON document: one per line, or pretty-printed back to back.
 
     JSON Lines is recognised by a first line that is a whole document; then each line is
-    parsed alone, so an error names its own line. Otherwise the documents are decoded one
-    after another (a single document, or ``ConsoleSpanExporter`` output).
+    parsed alone, so an error names its own line. A last line cut off mid-document (a collector's
+    file exporter still writing) is left out with a note; any other bad line is an error.
+    Otherwise the documents are decoded one after another (a single document, or
+    ``ConsoleSpanExporter`` output).
     """
     lines = text.splitlines()
     first = next((line for line in lines if line.strip()), None)
     if first is None:
         return
     if _is_json(first):
+        last = max(number for number, line in enumerate(lines, 1) if line.strip())
         for number, line in enumerate(lines, 1):
-            if line.strip():
-                yield f"line {number}", _loads(line, number)
+            if not line.strip():
+                continue
+            if number == last and _cut_off(line):
+                notes.append(f"line {number} is cut off (a file still being written?): left out")
+                return
+            yield f"line {number}", _loads(line, number)
         return
     decoder = json.JSONDecoder()
     position = 0
@@ -128,6 +138,18 @@ def _is_json(line: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _cut_off(line: str) -> bool:
+    """Is ``line`` a JSON document that stops before its end (not one with an error inside)?
+
+    The decoder ran out of text: at the very end, or inside a string that runs to the end.
+    """
+    try:
+        json.loads(line)
+    except json.JSONDecodeError as exc:
+        return exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string")
+    return False
 
 
 def _loads(line: str, number: int) -> Any:

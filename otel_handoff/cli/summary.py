@@ -204,7 +204,8 @@ def _flag(span: SpanRecord, attribute: str) -> bool:
 
 
 def _bad(span: SpanRecord, attribute: str, wanted: str, value: Any) -> SummaryError:
-    return SummaryError(f"span {span.span_id} ({span.name}): {attribute}: expected {wanted}, got {value!r}")
+    span_id = span.span_id or "(no span id)"
+    return SummaryError(f"span {span_id} ({span.name}): {attribute}: expected {wanted}, got {value!r}")
 
 
 # --- statistics -----------------------------------------------------------------------------------
@@ -306,6 +307,9 @@ def _rate(reuse: tuple[int, int] | None) -> str:
 
 
 def _via(pair: PairSummary) -> str:
+    """How the pair's handoffs came about; counts only when there is more than one way (n says it)."""
+    if len(pair.via) == 1:
+        return next(iter(pair.via))
     return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in pair.via.items())
 
 
@@ -506,19 +510,28 @@ def run(source: str, *, output_format: str = "table", chart_only: bool = False) 
 
     Exit codes: 0 printed a summary, 1 no handoff spans, 2 the source is unreadable or malformed.
     """
+    notes: list[str] = []
     try:
-        spans = read_spans(source)
+        spans = read_spans(source, notes)
         handoffs = collect_handoffs(spans)
     except (SpanSourceError, SummaryError) as exc:
         return 2, "", f"otel-handoff summary: {source}: {exc}"
+    repeats = len(spans) - len({(s.trace_id, s.span_id) for s in spans})
+    if repeats:
+        notes.append(f"{repeats} repeated span(s) (same trace and span id) counted once")
+    message = "\n".join(f"otel-handoff summary: {source}: {note}" for note in notes)
     if not handoffs:
         what = f"{len(spans)} spans, none named {sc.SPAN_HANDOFF}" if spans else "no spans"
-        return 1, "", f"otel-handoff summary: {source}: no handoff spans ({what})"
+        return (
+            1,
+            "",
+            "\n".join(filter(None, (message, f"otel-handoff summary: {source}: no handoff spans ({what})"))),
+        )
     pairs = summarize(handoffs)
     if output_format == "json":
-        return 0, render_json(pairs, source), ""
+        return 0, render_json(pairs, source), message
     if output_format == "csv":
-        return 0, render_csv(pairs), ""
+        return 0, render_csv(pairs), message
     if chart_only:
-        return 0, render_chart(pairs), ""
-    return 0, render_table(pairs, source) + "\n" + render_chart(pairs), ""
+        return 0, render_chart(pairs), message
+    return 0, render_table(pairs, source) + "\n" + render_chart(pairs), message

@@ -33,17 +33,18 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from ..core import faults as _faults
 from . import exporters as _exporters
-from .exit import EXIT_TIMEOUT_SECONDS, shutdown_at_exit, shutdown_within
+from .exit import EXIT_TIMEOUT_SECONDS, CountingSpanProcessor, ExitReport, shutdown_at_exit, shutdown_within
 from .exporters import exporters, problems
 from .settings import Problem, report_problem, resource, sdk_disabled
 
 __all__ = [
     "EXIT_TIMEOUT_SECONDS",
     "Configuration",
+    "CountingSpanProcessor",
+    "ExitReport",
     "Problem",
     "configure",
     "exporters",
@@ -129,7 +130,7 @@ def _configure(service_name: str | None) -> Configuration:
     span_names: list[str] = []
     span_exporters_built = _exporters.build_exporters("traces")
     for name, exporter in span_exporters_built:
-        tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        tracer_provider.add_span_processor(CountingSpanProcessor(exporter))
         span_names.append(name)
     trace.set_tracer_provider(tracer_provider)
     if trace.get_tracer_provider() is not tracer_provider:  # another thread won the set-once global

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from .settings import Signal
 _LOG = logging.getLogger("otel_handoff")
 T = TypeVar("T")
 _WHAT: dict[Signal, str] = {"traces": "spans", "metrics": "metrics"}
+_RETRYING = re.compile(r",? ?retrying in [^,]*$")  # the exporter's retry note: the exit ends it
 _REASON_LENGTH = 300
 
 _capture = threading.local()
@@ -64,7 +66,9 @@ class Outage:
 
     def __init__(self, signal: Signal, exporter: object, target: str) -> None:
         self._what = _WHAT[signal]
-        self._target = target
+        self._target = self.target = target
+        self.last_reason: str | None = None  # why the last failed export failed
+        self.in_flight_reasons: list[str] | None = None
         self._receiver = urlsplit(target).netloc or target
         # exporters log through their modules' loggers (getLogger(__name__)), base classes' too
         self._loggers = sorted({cls.__module__ for cls in type(exporter).__mro__} - {"builtins", "abc"})
@@ -75,14 +79,22 @@ class Outage:
         with _down_lock:
             return bool(_down.get(self._receiver))
 
-    def run(self, export: Callable[[], T], succeeded: Callable[[T], bool], failure: T) -> T:
+    def run(
+        self, export: Callable[[], T], succeeded: Callable[[T], bool], failure: T, stopped: Callable[[], bool]
+    ) -> T:
+        """``stopped()``: the exporter was shut down meanwhile (at exit), so a failure is no outage."""
         with _captured_warnings(self._loggers) as reasons:
+            self.in_flight_reasons = reasons  # what the exporter said so far (retries), read at exit
             try:
                 result = export()
             except Exception as exc:
                 reasons.insert(0, f"{type(exc).__name__}: {exc}")
                 result = failure
-        self._record(succeeded(result), reasons)
+            finally:
+                self.in_flight_reasons = None
+        ok = succeeded(result)
+        if ok or not stopped():
+            self._record(ok, reasons)
         return result
 
     def _record(self, ok: bool, reasons: Sequence[str]) -> None:
@@ -94,18 +106,20 @@ class Outage:
             else:
                 failing.add(self._what)
             down = bool(failing)
+        if not ok:
+            reason = " ".join((reasons[0] if reasons else "the exporter reported a failure").split())
+            self.last_reason = (
+                reason[: _REASON_LENGTH - 3] + "..." if len(reason) > _REASON_LENGTH else reason
+            )
         if was_down and not down:
             _LOG.info("otel-handoff: exporting to %s again", self._target)
         elif down and not was_down:
-            reason = " ".join((reasons[0] if reasons else "the exporter reported a failure").split())
-            if len(reason) > _REASON_LENGTH:
-                reason = reason[: _REASON_LENGTH - 3] + "..."
             _LOG.warning(
                 "otel-handoff: cannot export %s to %s (%s); the application is unaffected, telemetry "
                 "for it is dropped until it answers again, further failures are not logged",
                 self._what,
                 self._target,
-                reason,
+                self.last_reason,
             )
 
 
@@ -116,18 +130,39 @@ class QuietSpanExporter(SpanExporter):
         self._inner = inner
         self._outage = outage
         self._shut = False
+        self.target = outage.target
+        self.ended = 0  # spans handed to its processor (see export.exit.CountingSpanProcessor)
         self.exported = 0  # spans the receiver accepted
         self.failed = 0  # spans it did not
+        self.in_flight = False  # an export is waiting for the receiver's answer
+
+    @property
+    def undelivered(self) -> int:
+        """Spans that ended and never reached the receiver: failed, in flight or still queued."""
+        return max(self.ended - self.exported, self.failed)
+
+    @property
+    def last_failure(self) -> str | None:
+        """Why exporting fails: what the export in flight said so far (its retries), or the last failure."""
+        pending = self._outage.in_flight_reasons
+        if pending:
+            return _RETRYING.sub("", " ".join(pending[0].split()))[:_REASON_LENGTH]
+        return self._outage.last_reason
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shut:
             self.failed += len(spans)
             return SpanExportResult.FAILURE
-        result = self._outage.run(
-            lambda: self._inner.export(spans),
-            lambda result: result is SpanExportResult.SUCCESS,
-            SpanExportResult.FAILURE,
-        )
+        self.in_flight = True
+        try:
+            result = self._outage.run(
+                lambda: self._inner.export(spans),
+                lambda result: result is SpanExportResult.SUCCESS,
+                SpanExportResult.FAILURE,
+                lambda: self._shut,
+            )
+        finally:
+            self.in_flight = False
         if result is SpanExportResult.SUCCESS:
             self.exported += len(spans)
         else:
@@ -169,6 +204,7 @@ class QuietMetricExporter(MetricExporter):
             lambda: self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs),
             lambda result: result is MetricExportResult.SUCCESS,
             MetricExportResult.FAILURE,
+            lambda: self._shut,
         )
 
     @property

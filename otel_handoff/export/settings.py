@@ -85,13 +85,17 @@ class _Problems:
         self.found = []
         self.log = log
 
-    def __call__(self, variable: str, problem: str, accepted: str, consequence: str) -> None:
+    def __call__(
+        self, variable: str, problem: str, accepted: str, consequence: str, *, kept: bool = False
+    ) -> None:
+        """``kept``: the setting is used all the same (a warning, not an error)."""
         if any(found.variable == variable for found in self.found):
             return
         self.found.append(Problem(variable, problem, accepted, consequence))
         if not self.log:
             return
-        _LOG.error(
+        _LOG.log(
+            logging.WARNING if kept else logging.ERROR,
             "otel-handoff: %s %s: %s. %s; the application keeps running.",
             variable,
             problem,
@@ -187,6 +191,24 @@ def _timeout_problem(value: str) -> str | None:
     return None if ok else f"is {value!r}"
 
 
+# A timeout the Python SDK reads as seconds but that only makes sense as milliseconds, the unit of
+# the OpenTelemetry specification (whose default, 10000, is 10 s): 1000 s or more, over 16 minutes.
+MILLISECONDS_LIKELY = 1000.0
+
+
+def _timeout_in_milliseconds(variable: str, value: str) -> None:
+    seconds = float(value)
+    if seconds >= MILLISECONDS_LIKELY:
+        report_problem(
+            variable,
+            f"is {value}, which the Python SDK reads as seconds ({seconds / 3600:.1f} h per export), "
+            "not as the specification's milliseconds",
+            f"use {variable}={seconds / 1000:g} (seconds) for the {seconds / 1000:g} s it likely means",
+            "Exporting stays on with the value as read",
+            kept=True,
+        )
+
+
 def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, str] | None:
     """(protocol, endpoint) for OTLP export of ``signal``, or None when a setting is invalid."""
 
@@ -226,6 +248,8 @@ def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, s
         if setting and (problem := check(setting[1])):
             report_problem(setting[0], problem, accepted, off(setting[0]))
             return None
+    if timeout := _first(*_OTLP_VARIABLES["TIMEOUT"][signal]):
+        _timeout_in_milliseconds(*timeout)
 
     # where the exporter will send, as it resolves it (for the log lines and the summary)
     if signal_endpoint:

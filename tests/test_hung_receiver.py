@@ -1,0 +1,85 @@
+"""A receiver that accepts the connection and never answers (a hung collector, a stuck proxy, a full
+queue), over HTTP and gRPC: the exit stays bounded, one line says what was lost and why, a
+millisecond-looking timeout is named, and ``doctor`` reports it.
+
+The receiver is a socket on 127.0.0.1 that listens and never accepts: the kernel completes the
+connection, nobody ever reads or answers. Exit times are compared with the same run exporting
+nothing; the bound tested (7 s over it) is far below what the SDK alone takes with the timeout set
+here (30 s per export), so a loaded machine cannot break the test and a regression cannot pass it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from support import run_exit_app
+
+from otel_handoff import export
+
+SDK_TIMEOUT = "30"  # seconds the SDK would wait per export (and its retries) without our bound
+BOUND = export.EXIT_TIMEOUT_SECONDS + 6
+
+
+@pytest.fixture
+def hung() -> Iterator[str]:
+    """host:port of a receiver that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)  # the kernel accepts; nobody reads, nobody answers
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+
+
+PROTOCOLS = {"grpc": {}, "http/protobuf": {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf"}}
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_exit_is_bounded_and_says_what_was_lost(hung: str, protocol: str) -> None:
+    settings = {**PROTOCOLS[protocol], "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{hung}"}
+    elapsed, result = run_exit_app(OTEL_EXPORTER_OTLP_TIMEOUT=SDK_TIMEOUT, **settings)
+    plain_elapsed, plain = run_exit_app(OTEL_TRACES_EXPORTER="none")
+    assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
+    assert plain.returncode == 0
+    lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
+    assert len(lost) == 1, result.stderr
+    assert "3 span(s) were not delivered" in lost[0] and f"no answer from http://{hung}" in lost[0]
+    assert f"in {export.EXIT_TIMEOUT_SECONDS:g} s" in lost[0]
+    assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
+
+
+def test_a_millisecond_timeout_is_named_and_the_exit_still_bounded(hung: str) -> None:
+    """10000 is the spec's 10 s in milliseconds; the Python SDK waits 10000 s per export."""
+    elapsed, result = run_exit_app(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://{hung}", OTEL_EXPORTER_OTLP_TIMEOUT="10000"
+    )
+    plain_elapsed, _ = run_exit_app(OTEL_TRACES_EXPORTER="none")
+    named = [line for line in result.stderr.splitlines() if "OTEL_EXPORTER_OTLP_TIMEOUT" in line]
+    assert len(named) == 1, result.stderr
+    assert "reads as seconds" in named[0] and "OTEL_EXPORTER_OTLP_TIMEOUT=10 " in named[0]
+    assert any("not delivered" in line for line in result.stderr.splitlines())
+    assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
+
+
+def test_a_plausible_timeout_is_not_named() -> None:
+    _, result = run_exit_app(OTEL_TRACES_EXPORTER="none", OTEL_EXPORTER_OTLP_TIMEOUT="10")
+    assert "OTEL_EXPORTER_OTLP_TIMEOUT" not in result.stderr
+
+
+@pytest.mark.parametrize("protocol", sorted(PROTOCOLS))
+def test_doctor_names_a_receiver_that_does_not_answer(hung: str, protocol: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {
+        **PROTOCOLS[protocol],
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{hung}",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_handoff", "doctor"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1, result.stdout
+    assert "accepts connections but sent no answer in 2 s" in result.stdout
+    assert "fix: restart the receiver there" in result.stdout
