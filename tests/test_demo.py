@@ -55,12 +55,16 @@ def test_bad_protocol_is_reported_once_with_or_without_an_endpoint() -> None:
 
 
 def _framework_demo(framework: str, module: str) -> tuple[str, list[tuple[str, ...]]]:
-    """``demo --framework``'s output and its handoff headers (#, from, to, via, outcome)."""
+    """``demo --framework``'s output and its handoff headers (#, from, to, via, outcome).
+
+    A demo prints only its own output: nothing of the framework's log or warnings on stderr.
+    """
     import pytest
 
     pytest.importorskip(module)
     result = _demo("--framework", framework)
     assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr == "", result.stderr[-2000:]
     header = r"^#(\d)\s+(\S+) → (\S+)\s+(\S+)\s+[\d.]+ ms wall\s+(\w+)$"
     return result.stdout, re.findall(header, result.stdout, flags=re.M)
 
@@ -81,6 +85,13 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
         ("4", "billing", "(none)", "max_turns", "completed"),
     ]
     assert "reused:" not in out  # LiveKit's resource line only where it means something
+    # one block per channel (AG2 traces each turn apart), each saying which scenario it is
+    blocks = re.findall(r"^conversation \S+ · (\d) handoffs · (.+)$", out, flags=re.M)
+    assert blocks == [
+        ("3", "a tool hands off (Handoff), another ends the channel (Finish)"),
+        ("4", "a ToolCalled rule, then ContextEquals rules"),
+        ("4", "FromSpeaker ping-pong until max_turns"),
+    ]
 
 
 def test_pipecat_demo_prints_node_transitions() -> None:

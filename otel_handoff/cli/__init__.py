@@ -88,10 +88,12 @@ def _use_color() -> bool:
 
 def _demo(args: argparse.Namespace) -> int:
     framework = BY_KEY[args.framework]
-    try:
+    module, function = _DEMOS[args.framework]
+    try:  # the demo module imports its framework (and quiets its log first, where it has one)
+        runner = importlib.import_module(f"{__name__}.{module}")
         importlib.import_module(framework.demo_module)
     except ImportError as exc:
-        if not framework.demo_module.startswith(exc.name or "\0"):
+        if not (exc.name or "").startswith(framework.demo_module.partition(".")[0]):
             raise
         needs = " or ".join(framework.extra_requires)
         print(
@@ -103,14 +105,13 @@ def _demo(args: argparse.Namespace) -> int:
     from .demo_export import DemoSetupError
     from .waterfall import render_handoffs
 
-    module, function = _DEMOS[args.framework]
-    run = getattr(importlib.import_module(f"{__name__}.{module}"), function)
+    run = getattr(runner, function)
     try:
         result = asyncio.run(run(export_path=args.export))
     except DemoSetupError as exc:
         print(f"otel-handoff demo: {exc}", file=sys.stderr)
         return 2
-    print(render_handoffs(result.spans, color=_use_color()), end="")
+    print(render_handoffs(result.spans, color=_use_color(), labels=result.labels), end="")
     note = result.shutdown()
     if note:
         print(note)

@@ -24,7 +24,7 @@ async def run_ag2_demo(*, export_path: str | os.PathLike[str] | None = None) -> 
         raise RuntimeError("run_ag2_demo instruments AG2 itself: uninstrument it first")
     instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
     try:
-        await demo_workflow(tracer_provider=tracing.provider)
+        labels = await demo_workflow(tracer_provider=tracing.provider)
     finally:
         instrumentor.uninstrument()
-    return tracing.result()
+    return tracing.result(labels=labels)

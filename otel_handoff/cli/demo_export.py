@@ -78,6 +78,7 @@ class DemoResult:
     realtime_sessions: int = 0
     export_path: str | None = None
     otlp_target: str | None = None
+    labels: dict[str, str] = field(default_factory=dict)  # conversation id -> what it shows
     _otlp: Any | None = field(default=None, repr=False)
     _exporters: tuple[Any, ...] = field(default=(), repr=False)  # every OTLP exporter, span and metric
 

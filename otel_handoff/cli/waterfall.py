@@ -7,7 +7,7 @@ text from finished spans, so the demo, tests and users' scripts can all print it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -40,12 +40,20 @@ _ROLE_COLOURS = {
 _COLOURS = {spec.span: _ROLE_COLOURS.get(spec.role, "") for spec in sc.PHASE_REGISTRY}
 
 
-def render_handoffs(spans: Iterable[ReadableSpan], *, width: int = DEFAULT_WIDTH, color: bool = False) -> str:
+def render_handoffs(
+    spans: Iterable[ReadableSpan],
+    *,
+    width: int = DEFAULT_WIDTH,
+    color: bool = False,
+    labels: Mapping[str, str] | None = None,
+) -> str:
     """Render every finished ``agent_handoff`` span in ``spans`` with its phase children.
 
     Other spans (the framework's own, for instance) are ignored, so the whole output of an
-    exporter can be passed. Handoffs are grouped by trace, in start order. ``color`` adds
-    ANSI colours; leave it off unless writing to a terminal that wants them.
+    exporter can be passed. Handoffs are grouped by conversation (``gen_ai.conversation.id``)
+    where they carry one, else by trace, in start order. ``color`` adds
+    ANSI colours; leave it off unless writing to a terminal that wants them. ``labels`` names
+    a trace's conversation (by its handoffs' ``gen_ai.conversation.id``) in its header.
     """
     finished = [s for s in spans if s.end_time is not None and s.start_time is not None]
     handoffs = sorted((s for s in finished if s.name == sc.SPAN_HANDOFF), key=lambda s: s.start_time or 0)
@@ -56,19 +64,24 @@ def render_handoffs(spans: Iterable[ReadableSpan], *, width: int = DEFAULT_WIDTH
         if span.parent is not None and span.name.startswith(_PREFIX):
             children.setdefault((span.context.trace_id, span.parent.span_id), []).append(span)
 
-    by_trace: dict[int, list[ReadableSpan]] = {}
+    # one block per conversation where the spans name it (a framework may trace each turn apart),
+    # else per trace
+    groups: dict[str, list[ReadableSpan]] = {}
     for handoff in handoffs:
-        by_trace.setdefault(handoff.context.trace_id, []).append(handoff)
+        conversation = _attr(handoff, sc.GEN_AI_CONVERSATION_ID)
+        key = f"conversation {conversation}" if conversation else f"trace {handoff.context.trace_id:032x}"
+        groups.setdefault(key, []).append(handoff)
 
     style = _Style(color)
     blocks: list[str] = []
-    for trace_id, group in by_trace.items():
+    for key, group in groups.items():
         noun = "handoff" if len(group) == 1 else "handoffs"
-        lines = [style.dim(f"trace {trace_id:032x} · {len(group)} {noun}")]
+        label = (labels or {}).get(_attr(group[0], sc.GEN_AI_CONVERSATION_ID))
+        lines = [style.dim(f"{key} · {len(group)} {noun}" + (f" · {label}" if label else ""))]
         headers = [_header_fields(h) for h in group]
         widths = [max(len(f[i]) for f in headers) for i in range(len(headers[0]))]
         for handoff, fields in zip(group, headers, strict=True):
-            kids = children.get((trace_id, handoff.context.span_id), [])
+            kids = children.get((handoff.context.trace_id, handoff.context.span_id), [])
             lines.append("")
             lines.extend(_render_one(handoff, kids, fields, widths, width, style))
         blocks.append("\n".join(lines))

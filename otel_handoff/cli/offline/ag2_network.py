@@ -240,16 +240,27 @@ def round_robin(max_turns: int = 5) -> Scenario:
     )
 
 
-async def demo_workflow(tracer_provider: Any = None) -> list[ChannelRun]:
-    """The demo's AG2 1.x channels, each on a hub of its own (agent names are unique per hub)."""
-    runs = []
-    for scenario in (tool_handoff_then_finish(), tool_called_and_context(), ping_pong()):
+# the demo's channels: what each shows, and the scenario
+DEMO_CHANNELS: tuple[tuple[str, Callable[[], Scenario]], ...] = (
+    ("a tool hands off (Handoff), another ends the channel (Finish)", lambda: tool_handoff_then_finish()),
+    ("a ToolCalled rule, then ContextEquals rules", lambda: tool_called_and_context()),
+    ("FromSpeaker ping-pong until max_turns", lambda: ping_pong()),
+)
+
+
+async def demo_workflow(tracer_provider: Any = None) -> dict[str, str]:
+    """Run the demo's AG2 1.x channels, each on a hub of its own (agent names are unique per hub).
+
+    Returns what each channel shows, by channel id (the handoffs' ``gen_ai.conversation.id``).
+    """
+    labels = {}
+    for label, scenario in DEMO_CHANNELS:
         hub, recorder = await open_hub(tracer_provider)
         try:
-            runs.append(await run_channel(hub, recorder, scenario))
+            labels[(await run_channel(hub, recorder, scenario())).channel_id] = label
         finally:
             await hub.close()
-    return runs
+    return labels
 
 
 __all__ = [
