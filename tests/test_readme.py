@@ -1,30 +1,46 @@
-"""The README is part of the contract: its commands are what CI runs, its tables the schema."""
+"""The README and docs/ are part of the contract: their commands are what CI runs, their tables
+the schema, their examples the real output of the command they show."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from otel_handoff.core import schema as sc
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+DOCS = {path.name: path.read_text() for path in sorted((ROOT / "docs").glob("*.md"))}
 
 
 def bash_blocks() -> list[str]:
     return re.findall(r"```bash\n(.*?)```", README, flags=re.S)
 
 
-def test_two_setup_commands_and_ci_runs_the_test_one() -> None:
+def test_two_setup_commands_in_their_own_venvs_and_ci_runs_the_test_one() -> None:
     commands = [line for block in bash_blocks() for line in block.splitlines() if "venv" in line]
     demo = [c for c in commands if "otel-handoff demo" in c]
     tests = [c for c in commands if "pytest" in c]
     assert len(demo) == 1 and len(tests) == 1, commands
     assert "pip install '.[livekit]'" in demo[0]
     assert tests[0] in (ROOT / ".ci" / "run").read_text(), "CI must run the README's test command"
+    venvs = [re.search(r"venv (\S+)", command).group(1) for command in (demo[0], tests[0])]
+    assert venvs[0] != venvs[1], "trying it and developing it do not share a venv"
+
+
+def test_the_readme_is_short_and_links_every_docs_page() -> None:
+    assert len(README.splitlines()) <= 120
+    for page in DOCS:
+        assert f"docs/{page}" in README, page
 
 
 def test_every_span_attribute_and_metric_is_documented() -> None:
+    everything = README + "".join(DOCS.values())
     names = {
         value
         for key, value in vars(sc).items()
@@ -32,5 +48,70 @@ def test_every_span_attribute_and_metric_is_documented() -> None:
         and isinstance(value, str)
         and (value.startswith(("agent_handoff.", "gen_ai.")) or value == sc.SPAN_HANDOFF)
     }
-    missing = sorted(name for name in names if f"`{name}`" not in README)
-    assert not missing, f"not in the README tables: {missing}"
+    missing = sorted(name for name in names if f"`{name}`" not in everything)
+    assert not missing, f"not in the README or docs: {missing}"
+
+
+# --- the examples are real output ----------------------------------------------------------------
+EXAMPLE = re.compile(r"<!-- output of: (.+?) -->\n```text\n(.*?)```", flags=re.S)
+_BARS = re.compile(r"[█▏▎▍▌▋▊▉]+")
+_HEX = re.compile(r"\b[0-9a-f]{32}\b")
+_NUMBER = re.compile(r"\d+(\.\d+)?")
+
+
+def normalized(line: str) -> str:
+    """A line with what changes from run to run (times, ids, bar lengths, spacing) made equal."""
+    line = _HEX.sub("H", line)
+    line = _NUMBER.sub("N", line)
+    line = _BARS.sub("▆", line)
+    return " ".join(line.replace("│", " │ ").split())
+
+
+def examples() -> list[tuple[str, str, str]]:
+    pages = {"README.md": README, **DOCS}
+    return [(page, command, body) for page, text in pages.items() for command, body in EXAMPLE.findall(text)]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("docs")
+
+
+def run(command: str, workdir: Path) -> str:
+    """``otel-handoff ...`` as a user types it, optionally with ``(NAME=value ...)`` settings."""
+    settings = dict(re.findall(r"(\w+)=(\S+?)[ )]", command))
+    argv = command.split(" (")[0].split()
+    assert argv[0] == "otel-handoff"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {"NO_COLOR": "1"} | settings
+    if argv[1:2] == ["summary"] and not (workdir / argv[2]).exists():
+        run(f"otel-handoff demo --export {argv[2]}", workdir)
+    result = subprocess.run(
+        [sys.executable, "-m", "otel_handoff", *argv[1:]],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    return result.stdout
+
+
+def test_there_are_examples_to_check() -> None:
+    assert len(examples()) >= 6 and any(page == "README.md" for page, _, _ in examples())
+
+
+@pytest.mark.parametrize(("page", "command", "body"), examples(), ids=lambda v: v if "\n" not in v else "")
+def test_each_example_is_the_commands_real_output(page: str, command: str, body: str, workdir: Path) -> None:
+    """The example's lines are the real output's, in order and next to each other, but where `…`
+    stands for lines left out (an example may start anywhere in the output)."""
+    output = [normalized(line) for line in run(command, workdir).splitlines()]
+    position, skip = 0, True
+    for line in body.splitlines():
+        if line.strip() == "…":
+            skip = True
+            continue
+        want = normalized(line)
+        candidates = range(position, len(output)) if skip else range(position, min(position + 1, len(output)))
+        found = next((i for i in candidates if output[i] == want), None)
+        assert found is not None, f"{page}: `{command}`: not in its output at line {position}: {line!r}"
+        position, skip = found + 1, False

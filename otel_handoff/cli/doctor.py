@@ -176,7 +176,10 @@ def _probe_grpc(signal: str, endpoint: str, headers: dict[str, str]) -> str | No
         if code is grpc.StatusCode.DEADLINE_EXCEEDED:
             return f"accepts connections but sent no answer in {_PROBE_TIMEOUT:g} s"
         if code is grpc.StatusCode.UNAVAILABLE:
-            return f"unavailable ({' '.join(str(exc.details()).split())[:200]})"
+            details = " ".join(str(exc.details()).split())
+            return (
+                "Connection refused" if "Connection refused" in details else f"unavailable ({details[:200]})"
+            )
         return f"answers {code.name} to an export request"
     finally:
         channel.close()

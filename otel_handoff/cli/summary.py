@@ -329,8 +329,8 @@ def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[in
 # the handoff time both here and in the overview's p50/p95/max: the span's `agent_handoff.duration`
 DURATION_LABEL = "duration"
 DURATION_LEGEND = (
-    "duration = agent_handoff.duration: on LiveKit the phases only (no queue or lock wait, no on_enter),"
-    " on AG2 from the decision to the next turn; the demo's waterfall shows each span's wall time"
+    "duration = agent_handoff.duration: the sum of the work phases (no waits, no on_enter), or for a"
+    " handoff without phases (AG2) decision to next turn; the demo's waterfall shows each span's wall time"
 )
 
 
