@@ -2,7 +2,7 @@
 # Install the real OTLP receivers the export tests run against, pinned, idempotently:
 #   rotel (an OpenTelemetry collector)  -> into the test venv ($1, else the active Python)
 #   Arize Phoenix (a trace backend)     -> into its own venv, $PHOENIX_VENV
-#   chromium (headless, for the UI test), unshare, ip -> apt-get
+#   chromium (headless, for the UI test), prometheus (the dashboard's queries), unshare, ip -> apt-get
 #   playwright (python driver only)      -> into the test venv; it drives /usr/bin/chromium
 # The tests find Phoenix through OTEL_HANDOFF_PHOENIX, which defaults to $PHOENIX_VENV/bin/phoenix.
 # Usage: .ci/install-receivers.sh [TEST_VENV_DIR]
@@ -50,10 +50,11 @@ fi
 # Phoenix's gRPC port (it binds [::]) inside a network namespace of its own: from the distribution
 apt_packages=()
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)  # the dashboard's queries, run for real
 command -v unshare >/dev/null 2>&1 || apt_packages+=(util-linux)
 command -v ip >/dev/null 2>&1 || apt_packages+=(iproute2)
 if [[ ${#apt_packages[@]} -eq 0 ]]; then
-  installed+=("chromium, unshare, ip (already there)")
+  installed+=("chromium, prometheus, unshare, ip (already there)")
 else
   SUDO=""
   [[ "$(id -u)" == 0 ]] || SUDO="sudo"
@@ -73,4 +74,5 @@ fi
 echo "install-receivers:"
 printf '  %s\n' "${installed[@]}"
 echo "  chromium: $(chromium --version 2>/dev/null || echo '?')"
+echo "  prometheus: $(prometheus --version 2>&1 | head -n 1 || echo '?')"
 echo "  OTEL_HANDOFF_PHOENIX=${OTEL_HANDOFF_PHOENIX:-$PHOENIX_VENV/bin/phoenix}"

@@ -2,7 +2,8 @@
 metrics (and labels) the plugin emits, derived from the real instruments with the OTLP → Prometheus
 naming rules, so renaming a metric, its unit or an attribute fails here.
 
-Grafana and Prometheus do not run on our machines; these checks catch what would leave a panel empty.
+Grafana does not run on our machines; Debian's Prometheus does: every PromQL expression of the
+dashboard is also run on a real Prometheus scraping real handoffs of every framework.
 """
 
 from __future__ import annotations
@@ -250,3 +251,236 @@ def test_prometheus_scrapes_the_collector_exporter() -> None:
     assert len({job["job_name"] for job in jobs}) == len(jobs)
     targets = [t for job in jobs for group in job["static_configs"] for t in group["targets"]]
     assert "otel-collector:8889" in targets
+
+
+# --- the dashboard's queries on a real Prometheus ------------------------------------------------
+# Grafana's variables as a query of the whole range would set them ($framework: set per framework)
+GRAFANA_VARIABLES = {"$from_agent": ".+", "$to_agent": ".+", "$__rate_interval": "2m", "$__range": "10m"}
+REUSE_LABELS = (
+    "agent_handoff_stt_reused",
+    "agent_handoff_realtime_session_reused",
+    "agent_handoff_turn_detector_reused",
+)
+
+
+def _livekit_handoffs() -> None:
+    """Two completed handoffs, and one the closing session skips."""
+    import asyncio
+
+    from livekit.agents import AgentSession
+    from lk_agents import Billing, Support
+
+    from otel_handoff.cli.offline.livekit import ScriptedLLM
+
+    async def run() -> None:
+        session = AgentSession(llm=ScriptedLLM())
+        await session.start(agent=Billing())
+        try:
+            for agent in (Support(), Billing()):
+                session.update_agent(agent)
+                await asyncio.wait_for(agent.entered.wait(), 10)
+        finally:
+            session.update_agent(Support())  # the session closes before it lands: skipped
+            await session.aclose()
+
+    asyncio.run(run())
+
+
+def _ag2_handoffs() -> None:
+    """A workflow channel's handoffs, and a classic group chat whose selector fails: an error."""
+    import asyncio
+
+    from ag2_chats import run_chat
+    from autogen.agentchat import groupchat
+
+    from otel_handoff.cli.offline import ag2_network
+    from otel_handoff.cli.offline.ag2_classic import build_support_chat
+
+    async def run() -> None:
+        hub, recorder = await ag2_network.open_hub()
+        try:
+            await ag2_network.run_channel(hub, recorder, ag2_network.ping_pong(max_turns=3))
+        finally:
+            await hub.close()
+
+    asyncio.run(run())
+    select_speaker, calls = groupchat.GroupChat.select_speaker, [0]
+
+    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:  # right after a transfer was decided
+            raise RuntimeError("selector down")
+        return select_speaker(self, *args, **kwargs)
+
+    groupchat.GroupChat.select_speaker = failing
+    try:
+        with pytest.raises(RuntimeError, match="selector down"):
+            run_chat(build_support_chat())
+    finally:
+        groupchat.GroupChat.select_speaker = select_speaker
+
+
+def _pipecat_handoffs() -> None:
+    """A transition, and one Flows never runs (a slower function call beside it): skipped."""
+    import asyncio
+
+    from pipecat.flows import FlowsFunctionSchema
+
+    from otel_handoff.cli import demo_pipecat
+
+    pf = demo_pipecat.pf
+    asyncio.run(
+        pf.run_flow(
+            demo_pipecat._greeting(),
+            ["Hello.", [("go_to_booking", {})], "Booked."],
+            [pf.user_says("book")],
+            until=lambda fm: fm.current_node == "booking" and not fm._llm.replies,
+        )
+    )
+
+    async def slow(args: dict[str, Any], flow_manager: Any) -> Any:
+        await asyncio.sleep(0.1)  # the work of a slow lookup: what the transition waits behind
+        return {"status": "ok"}
+
+    greeting = demo_pipecat._greeting()
+    greeting["functions"].append(
+        FlowsFunctionSchema(name="lookup", description="", properties={}, required=[], handler=slow)
+    )
+    asyncio.run(
+        pf.run_flow(
+            greeting,
+            ["Hello.", [("go_to_booking", {}), ("lookup", {})], "Done."],
+            [pf.user_says("book")],
+            until=lambda fm: not fm._llm.replies,
+        )
+    )
+
+
+FRAMEWORK_RUNS = {
+    "livekit-agents": _livekit_handoffs,
+    "ag2": _ag2_handoffs,
+    "pipecat-flows": _pipecat_handoffs,
+}
+
+
+def _query(url: str, expr: str) -> list[dict[str, Any]]:
+    import urllib.parse
+    import urllib.request
+
+    with urllib.request.urlopen(
+        f"{url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}", timeout=10
+    ) as r:
+        answer = json.load(r)
+    assert answer["status"] == "success", (expr, answer)
+    return answer["data"]["result"]
+
+
+def _has_data(result: list[dict[str, Any]]) -> bool:
+    return any(r.get("value") and r["value"][1] not in ("NaN", "+Inf", "-Inf") for r in result)
+
+
+def test_every_dashboard_query_finds_data_on_a_real_prometheus(
+    dashboard: dict[str, Any], instrument: Any, tmp_path: Path
+) -> None:
+    """Handoffs of every framework, exported as users would (the SDK's Prometheus reader), scraped by
+    Debian's Prometheus; each of the dashboard's PromQL expressions is run through its HTTP API."""
+    import shutil
+    import subprocess
+
+    from receivers import free_port, missing, stop, wait_until
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        missing("prometheus (Debian's package)")
+    exporter = pytest.importorskip("opentelemetry.exporter.prometheus")
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from otel_handoff.ag2 import AG2HandoffInstrumentor
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+    registry = CollectorRegistry()
+    meter_provider = MeterProvider(metric_readers=[exporter.PrometheusMetricReader(registry=registry)])
+    server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
+    web = free_port()  # Prometheus cannot report a port-0 bind
+    (tmp_path / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - {{job_name: handoffs, static_configs: [{{targets: ['127.0.0.1:{server.server_port}']}}]}}\n"
+    )
+    prometheus = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{web}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{web}"
+    try:
+        for instrumentor in (
+            LiveKitHandoffInstrumentor,
+            AG2HandoffInstrumentor,
+            PipecatFlowsHandoffInstrumentor,
+        ):
+            instrument(instrumentor, meter_provider=meter_provider)
+        total = "sum by (agent_handoff_framework) (agent_handoff_count_total)"
+        counts: dict[str, float] = {}
+        for _ in range(2):  # twice, a scrape between: rate() needs counters that grew
+            for run in FRAMEWORK_RUNS.values():
+                run()
+            before = dict(counts)
+
+            def scraped(before: dict[str, float] = before) -> dict[str, float] | None:
+                try:
+                    found = {
+                        r["metric"]["agent_handoff_framework"]: float(r["value"][1])
+                        for r in _query(url, total)
+                    }
+                except OSError:
+                    return None  # Prometheus still starting
+                grew = set(found) == set(FRAMEWORK_RUNS) and all(found[f] > before.get(f, 0) for f in found)
+                return found if grew else None
+
+            counts = wait_until(scraped, "Prometheus to scrape every framework's handoffs", timeout=60)
+        for variable in dashboard["templating"]["list"]:
+            if variable["type"] == "query":
+                query = (
+                    variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+                )
+                metric, label = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", query).groups()
+                expr = f"count by ({label}) ({metric.replace('$framework', '.+')})"
+                assert _has_data(_query(url, expr)), f"variable {variable['name']}: {expr}"
+        for where, expr in prometheus_queries(dashboard):
+            if where.startswith("variable"):
+                continue
+            for placeholder, value in GRAFANA_VARIABLES.items():
+                expr = expr.replace(placeholder, value)
+            found = {f for f in FRAMEWORK_RUNS if _has_data(_query(url, expr.replace("$framework", f)))}
+            # every panel has data on every framework, but reuse (only LiveKit hands resources over)
+            # and phases (AG2's handoffs are a decision and its landing, with none)
+            if any(label in expr for label in REUSE_LABELS):
+                expected = {"livekit-agents"}
+            elif "agent_handoff_phase_duration" in expr:
+                expected = {"livekit-agents", "pipecat-flows"}
+            else:
+                expected = set(FRAMEWORK_RUNS)
+            assert found >= expected, (
+                f"{where}: no data for {sorted(expected - found)}: {expr}",
+                _query(url, 'agent_handoff_count_total{agent_handoff_outcome!="completed"}'),
+            )
+        # exemplars: the SDK's Prometheus reader exposes none (docs/metrics.md says so)
+        assert "# {" not in server_text(server.server_port)
+    finally:
+        stop(prometheus)
+        server.shutdown()
+        meter_provider.shutdown()
+
+
+def server_text(port: int) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        return answer.read().decode()

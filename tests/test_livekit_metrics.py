@@ -19,10 +19,13 @@ def points(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
     data = reader.get_metrics_data()
     for resource_metrics in data.resource_metrics if data else []:
         for scope_metrics in resource_metrics.scope_metrics:
-            if scope_metrics.scope.name != "otel_handoff.livekit":
+            if scope_metrics.scope.name != "otel_handoff":  # one meter for every framework
                 continue
             for metric in scope_metrics.metrics:
-                found[metric.name] = (metric, list(metric.data.data_points))
+                ours = [
+                    p for p in metric.data.data_points if p.attributes.get(sc.FRAMEWORK) == "livekit-agents"
+                ]
+                found[metric.name] = (metric, ours)
     return found
 
 

@@ -21,6 +21,7 @@ from .metrics import HandoffMetrics
 WrapPoint = tuple[str, str, Any]
 
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.28.0"
+METER_SCOPE = "otel_handoff"  # one meter for every framework's handoff metrics
 
 
 class HandoffInstrumentor(BaseInstrumentor):
@@ -101,11 +102,18 @@ class HandoffInstrumentor(BaseInstrumentor):
 
     @staticmethod
     def telemetry_parts(scope: str, kwargs: dict[str, Any]) -> tuple[trace.Tracer, HandoffMetrics]:
-        """The tracer and metrics of an instrumentor's ``scope``, on the providers passed, if any."""
+        """The tracer of an instrumentor's ``scope`` and the metrics, on the providers passed, if any.
+
+        The metrics of every framework share one meter (``METER_SCOPE``): each metric then has one
+        set of attribute keys across frameworks, which the SDK's Prometheus exporter needs (it
+        reuses a metric family made for one scope's keys for another scope's points, misaligning
+        the labels, opentelemetry-exporter-prometheus 0.66b2). ``agent_handoff.framework`` says
+        which framework a point is from.
+        """
         tracer = trace.get_tracer(
             scope, __version__, tracer_provider=kwargs.get("tracer_provider"), schema_url=SCHEMA_URL
         )
-        return tracer, HandoffMetrics(kwargs.get("meter_provider"), scope)
+        return tracer, HandoffMetrics(kwargs.get("meter_provider"), METER_SCOPE)
 
     @staticmethod
     def static_attributes(framework: str, version: str) -> dict[str, Any]:

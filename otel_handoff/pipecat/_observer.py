@@ -94,10 +94,18 @@ def _keep(future: asyncio.Future[Any]) -> None:
 
 
 def _complete_now(coroutine: Coroutine[Any, Any, Any]) -> None:
-    """Run a coroutine that has nothing to wait for (no loop runs its pipeline) to its end."""
+    """Run a coroutine that has nothing to wait for (no loop runs its pipeline) to its end.
+
+    A worker whose pipeline ran and ended on a loop now closed would need that loop to cancel
+    its observers' tasks: there the observer stays, inert (``telemetry.enabled`` is off) on a
+    worker that runs no more.
+    """
     try:
         coroutine.send(None)
     except StopIteration:
+        return
+    except RuntimeError as exc:  # "no running event loop": the worker's loop is gone
+        _LOG.debug("otel-handoff: observer left on a finished worker (%s)", exc)
         return
     coroutine.close()
     _LOG.debug("otel-handoff: an observer removal had to wait with no loop running; left to the worker")
