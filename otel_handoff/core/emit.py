@@ -24,6 +24,15 @@ from .record import HandoffRecord, PhaseRecord
 from .spans import HandoffTelemetry, set_error
 
 _PHASES = sc.PHASES
+# phase -> (its duration attribute on agent_handoff or None, counts in the duration, runs after)
+_ROLES = {
+    spec.name: (
+        spec.duration_attribute if spec.on_handoff_span else None,
+        spec.role == sc.ROLE_WORK,
+        spec.role == sc.ROLE_AFTER,
+    )
+    for spec in sc.PHASE_REGISTRY
+}
 
 
 class Emitted(NamedTuple):
@@ -129,23 +138,22 @@ def _attributes(
     work = 0.0
     cut_short = None
     for phase in record.phases:
-        if not phase.end_ns:
+        end_ns = phase.end_ns
+        if not end_ns:
             continue  # still running when the handoff ended: its span ends with it, no duration
-        own = phase.own_ns if phase.own_ns is not None else phase.end_ns - phase.start_ns
-        value = max(0, own) / 1e9
+        own = phase.own_ns
+        value = max(0, (end_ns - phase.start_ns) if own is None else own) / 1e9
         name = phase.name
-        seconds[name] = seconds.get(name, 0.0) + value
-        spec = _PHASES[name]
-        if spec.role == sc.ROLE_WORK:
+        total = seconds[name] = seconds.get(name, 0.0) + value
+        attribute, is_work, is_after = _ROLES[name]
+        if attribute is not None:
+            attributes[attribute] = total
+        if is_work:
             work += value
-        if phase.error is not None and isinstance(phase.error, asyncio.CancelledError):
-            cut_short = name  # not a duration of that phase: left out of the metric
-    for name, value in seconds.items():
-        spec = _PHASES[name]
-        if spec.on_handoff_span:
-            attributes[spec.duration_attribute] = value
+        if is_after and isinstance(phase.error, asyncio.CancelledError):
+            cut_short = name  # cut short: not a duration of that phase, left out of the metric
     attributes[sc.DURATION] = record.duration if record.duration is not None else work
-    if cut_short is not None and _PHASES[cut_short].role == sc.ROLE_AFTER:
+    if cut_short is not None:
         del seconds[cut_short]
     return attributes, seconds
 
