@@ -8,6 +8,7 @@ number, so wrappers on the hot path only test plain booleans.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import logging
 from typing import Any
@@ -35,7 +36,8 @@ class LiveKitFeatures:
     tool_handoff_after_update: str | None = None
     # `RunContext._make_update_output`: the returned agent is still seen (1.8.x)
     update_output_hook: bool = False
-    # `get_job_context(required=False)`: the job a session runs in, if any
+    # the job a session runs in, or None: `get_job_context(required=False)` (1.5+), or
+    # `get_job_context()` raising RuntimeError outside a job (earlier releases)
     job_context: Any = None
 
     def conversation_id(self) -> str | None:
@@ -45,7 +47,7 @@ class LiveKitFeatures:
         """
         if self.job_context is None:
             return None
-        job = self.job_context(required=False)
+        job = self.job_context()
         sid = job.job.room.sid if job is not None else None
         return sid if isinstance(sid, str) and sid else None
 
@@ -87,11 +89,21 @@ def _has_update_output_hook() -> bool:
 
 
 def _job_context() -> Any:
+    """A function giving the current job context or None, whichever way this release offers it."""
     try:
         from livekit.agents import get_job_context
     except ImportError:
         return None
-    return get_job_context if _has_param(get_job_context, "required") else None
+    if _has_param(get_job_context, "required"):
+        return functools.partial(get_job_context, required=False)
+
+    def job_or_none() -> Any:
+        try:
+            return get_job_context()
+        except RuntimeError:  # "no job context found": not in a job
+            return None
+
+    return job_or_none
 
 
 def detect() -> LiveKitFeatures:
