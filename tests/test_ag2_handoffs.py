@@ -380,11 +380,11 @@ def test_ag2_handoffs_are_counted_in_metrics(instrument: Any, spans: Spans, metr
             if scope_metrics.scope.name != "otel_handoff":  # one meter for every framework
                 continue
             for metric in scope_metrics.metrics:
-                if metric.name == sc.METRIC_COUNT:
+                if metric.name == sc.METRIC_DURATION:
                     for point in metric.data.data_points:
                         assert point.attributes[sc.FRAMEWORK] == "ag2"  # only AG2 is instrumented here
                         kind = point.attributes[sc.KIND]
-                        counted[kind] = counted.get(kind, 0) + point.value
+                        counted[kind] = counted.get(kind, 0) + point.count
     expected: dict[str, int] = {}
     for span in handoffs:
         expected[span.attributes[sc.KIND]] = expected.get(span.attributes[sc.KIND], 0) + 1

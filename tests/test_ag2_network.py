@@ -348,11 +348,11 @@ async def test_handoffs_are_counted_in_metrics_by_kind(ag2: Spans, metric_reader
     for resource_metrics in metric_reader.get_metrics_data().resource_metrics:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
-                if metric.name == sc.METRIC_COUNT:
+                if metric.name == sc.METRIC_DURATION:
                     for point in metric.data.data_points:
                         if point.attributes.get(sc.FRAMEWORK) == "ag2":
                             kind = point.attributes[sc.KIND]
-                            counted[kind] = counted.get(kind, 0) + point.value
+                            counted[kind] = counted.get(kind, 0) + point.count
     assert counted == {"transition": 1, "handoff": 1, "finish": 1}
 
 

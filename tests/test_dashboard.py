@@ -82,7 +82,6 @@ ALLOWED_LABELS = (
 
 def test_the_naming_rules_give_the_documented_names() -> None:
     assert sorted(ALLOWED_METRICS) == [
-        "agent_handoff_count_total",
         "agent_handoff_duration_seconds_bucket",
         "agent_handoff_duration_seconds_count",
         "agent_handoff_duration_seconds_sum",
@@ -426,7 +425,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
             PipecatFlowsHandoffInstrumentor,
         ):
             instrument(instrumentor, meter_provider=meter_provider)
-        total = "sum by (agent_handoff_framework) (agent_handoff_count_total)"
+        total = "sum by (agent_handoff_framework) (agent_handoff_duration_seconds_count)"
         counts: dict[str, float] = {}
         for _ in range(2):  # twice, a scrape between: rate() needs counters that grew
             for run in FRAMEWORK_RUNS.values():

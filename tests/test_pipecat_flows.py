@@ -357,8 +357,8 @@ async def test_metrics_by_phase(flows: Spans, metric_reader: Any) -> None:
                 for point in metric.data.data_points:
                     if point.attributes.get(sc.FRAMEWORK) != sc.FRAMEWORK_PIPECAT:
                         continue
-                    if metric.name == sc.METRIC_COUNT:
-                        counted += point.value
+                    if metric.name == sc.METRIC_DURATION:
+                        counted += point.count
                     elif metric.name == sc.METRIC_PHASE_DURATION:
                         phases.add(point.attributes[sc.PHASE])
     # first speech too: every framework records it in the phase metric

@@ -18,7 +18,7 @@ from . import schema as sc
 
 
 class HandoffMetrics:
-    """The three instruments, created once per ``instrument()``."""
+    """The two histograms, created once per ``instrument()``; a handoff count is the duration's count."""
 
     def __init__(self, meter_provider: metrics.MeterProvider | None, scope: str) -> None:
         meter = metrics.get_meter(scope, __version__, meter_provider)
@@ -34,13 +34,9 @@ class HandoffMetrics:
             description="Time of one phase of a handoff (queue and lock waits, drain, start, on_enter...).",
             explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
         )
-        self._count = meter.create_counter(
-            sc.METRIC_COUNT, unit="{handoff}", description="Handoffs, by outcome."
-        )
         # metrics turned off (a NoOp meter provider): a handoff does not even pick attributes
         self.enabled = not all(
-            isinstance(instrument, (metrics.NoOpHistogram, metrics.NoOpCounter))
-            for instrument in (self._duration, self._phase, self._count)
+            isinstance(instrument, metrics.NoOpHistogram) for instrument in (self._duration, self._phase)
         )
 
     def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any], handoff: Context) -> None:
@@ -49,7 +45,6 @@ class HandoffMetrics:
             return
         attributes = _pick(span_attributes, sc.METRIC_ATTRIBUTES)
         self._duration.record(seconds, attributes, context=handoff)
-        self._count.add(1, attributes, context=handoff)
 
     def record_phases(
         self, phases: Iterable[tuple[str, float]], span_attributes: Mapping[str, Any], handoff: Context

@@ -69,7 +69,6 @@ REJECTION_REASON = "agent_handoff.rejection_reason"
 # --- metrics -------------------------------------------------------------------------
 METRIC_DURATION = "agent_handoff.duration"
 METRIC_PHASE_DURATION = "agent_handoff.phase.duration"
-METRIC_COUNT = "agent_handoff.count"
 PHASE = "agent_handoff.phase"
 # about 1 ms to 30 s: an offline handoff is ~1 ms, a realtime reconnect can take seconds
 DURATION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
