@@ -464,6 +464,10 @@ def test_a_duration_that_is_not_a_number(
     code, _, err = _run(capsys, _write(tmp_path / "duration.jsonl", requests))
     assert code == 2
     assert err.endswith("(agent_handoff): agent_handoff.duration: expected a number of seconds, got 'fast'\n")
+    # a span whose id is missing is named as such, not with a gap
+    del span["spanId"]
+    code, _, err = _run(capsys, _write(tmp_path / "no-id.jsonl", requests))
+    assert code == 2 and "span (no span id) (agent_handoff): agent_handoff.duration" in err and "  " not in err
 
 
 @pytest.mark.parametrize(
