@@ -83,6 +83,23 @@ FRAMEWORKS: tuple[Framework, ...] = (
         starts_at=(("pipecat.flows.manager", "FlowManager.__init__"),),
         demo_module="pipecat.flows",
     ),
+    Framework(
+        key="openai-agents",
+        title="OpenAI Agents SDK (text runs, realtime sessions)",
+        entry_point="openai_agents_handoff",
+        instrumentor="otel_handoff.openai_agents:OpenAIAgentsHandoffInstrumentor",
+        extra="openai-agents",
+        extra_requires=("openai-agents>=0.21.0",),
+        instruments=("openai-agents>=0.21.0",),
+        distributions=("openai-agents",),
+        modules=("agents",),
+        starts_at=(
+            ("agents.run", "AgentRunner.run"),
+            ("agents.run", "AgentRunner.run_streamed"),
+            ("agents.realtime.session", "RealtimeSession.__init__"),
+        ),
+        demo_module="agents",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 # when no framework is installed: the first extra, and the others

@@ -203,6 +203,51 @@ PHASE_CONTEXT_UPDATE = "context_update"
 PHASE_POST_ACTIONS = "post_actions"
 PHASE_REALTIME_UPDATE = "realtime_update"
 
+# --- OpenAI Agents SDK -----------------------------------------------------------------------
+# text runs (Runner.run, run_sync, run_streamed) and realtime sessions (agents.realtime)
+FRAMEWORK_OPENAI_AGENTS = "openai-agents"
+
+SPAN_ON_HANDOFF = "agent_handoff.on_handoff"
+SPAN_HOOKS = "agent_handoff.hooks"
+SPAN_INPUT_FILTER = "agent_handoff.input_filter"
+SPAN_SETUP = "agent_handoff.setup"
+SPAN_FIRST_OUTPUT = "agent_handoff.first_output"
+SPAN_SETTINGS = "agent_handoff.settings"
+SPAN_SESSION_UPDATE = "agent_handoff.session_update"
+SPAN_RESPONSE_DRAIN = "agent_handoff.response_drain"
+SPAN_FIRST_AUDIO = "agent_handoff.first_audio"
+
+ON_HANDOFF_DURATION = "agent_handoff.on_handoff.duration"
+HOOKS_DURATION = "agent_handoff.hooks.duration"
+INPUT_FILTER_DURATION = "agent_handoff.input_filter.duration"
+SETUP_DURATION = "agent_handoff.setup.duration"
+FIRST_OUTPUT_DURATION = "agent_handoff.first_output.duration"
+SETTINGS_DURATION = "agent_handoff.settings.duration"
+SESSION_UPDATE_DURATION = "agent_handoff.session_update.duration"
+RESPONSE_DRAIN_DURATION = "agent_handoff.response_drain.duration"
+FIRST_AUDIO_DURATION = "agent_handoff.first_audio.duration"
+
+FRAMEWORK_TRACE_ID = "agent_handoff.framework.trace_id"  # the framework's own trace (SDK: trace_…)
+STREAMED = "agent_handoff.streamed"  # a text run streamed: first output is the first delta
+OLD_RESPONSE_RUNNING = "agent_handoff.old_response_running"  # realtime: still speaking at the handoff
+INTERRUPTED = "agent_handoff.interrupted"  # realtime: the caller interrupted during the handoff
+ENDED_BY = "agent_handoff.ended_by"  # set only when the new agent's first output never came
+
+TRIGGER_REALTIME_TOOL = "realtime_tool"
+REJECTED_MULTIPLE = "multiple_handoffs"  # the model asked for several; the SDK runs the first
+ENDED_BY_RUN_END = "run_ended"
+ENDED_BY_SESSION_CLOSE = "session_closed"
+
+PHASE_ON_HANDOFF = "on_handoff"
+PHASE_HOOKS = "hooks"
+PHASE_INPUT_FILTER = "input_filter"
+PHASE_SETUP = "setup"
+PHASE_FIRST_OUTPUT = "first_output"
+PHASE_SETTINGS = "settings"
+PHASE_SESSION_UPDATE = "session_update"
+PHASE_RESPONSE_DRAIN = "response_drain"
+PHASE_FIRST_AUDIO = "first_audio"
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
@@ -232,6 +277,10 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_QUEUE_WAIT, SPAN_QUEUE_WAIT, QUEUE_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_LOCK_WAIT, SPAN_LOCK_WAIT, LOCK_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_HANDLER, SPAN_HANDLER, HANDLER_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_ON_HANDOFF, SPAN_ON_HANDOFF, ON_HANDOFF_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_HOOKS, SPAN_HOOKS, HOOKS_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_INPUT_FILTER, SPAN_INPUT_FILTER, INPUT_FILTER_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_SETTINGS, SPAN_SETTINGS, SETTINGS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_FUNCTION_CALL_WAIT, SPAN_FUNCTION_CALL_WAIT, FUNCTION_CALL_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK),
     PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK),
@@ -243,6 +292,11 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
     PhaseSpec(PHASE_POST_ACTIONS, SPAN_POST_ACTIONS, POST_ACTIONS_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_SETUP, SPAN_SETUP, SETUP_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_SESSION_UPDATE, SPAN_SESSION_UPDATE, SESSION_UPDATE_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_RESPONSE_DRAIN, SPAN_RESPONSE_DRAIN, RESPONSE_DRAIN_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_FIRST_OUTPUT, SPAN_FIRST_OUTPUT, FIRST_OUTPUT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_FIRST_AUDIO, SPAN_FIRST_AUDIO, FIRST_AUDIO_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_ON_ENTER, SPAN_ON_ENTER, ON_ENTER_DURATION, ROLE_AFTER),
     PhaseSpec(PHASE_RECONNECT, SPAN_RECONNECT, RECONNECT_DURATION, ROLE_LINKED),
     PhaseSpec(PHASE_FIRST_SPEECH, SPAN_FIRST_SPEECH, FIRST_SPEECH_DELAY, ROLE_LINKED),
