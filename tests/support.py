@@ -120,6 +120,12 @@ PRIVATE_TEXTS = (
     "moving you to billing",
     "supervisor here",
     "vip desk here",
+    # OpenAI Agents SDK: input, instructions, replies, the handoff's arguments
+    "double charged",
+    "billing questions for ACME",
+    "Billing here",
+    "Refunds here",
+    "all settled",
     # Pipecat Flows: node role and task messages
     "You are the ",
     "Help at the ",

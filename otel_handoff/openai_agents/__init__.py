@@ -100,9 +100,11 @@ def shape_problems() -> list[str]:
     from agents.run_internal.run_steps import ToolRunHandoff
 
     handoff_fields = {f.name for f in fields(Handoff)}
-    if not {"on_invoke_handoff", "input_filter", "nest_handoff_history"} <= handoff_fields or "handoff" not in {
-        f.name for f in fields(ToolRunHandoff)
-    }:
+    if not {
+        "on_invoke_handoff",
+        "input_filter",
+        "nest_handoff_history",
+    } <= handoff_fields or "handoff" not in {f.name for f in fields(ToolRunHandoff)}:
         problems.append("Handoff.on_invoke_handoff/input_filter/nest_handoff_history")
     from agents.realtime.session import RealtimeSession
 
@@ -141,7 +143,9 @@ class OpenAIAgentsHandoffInstrumentor(HandoffInstrumentor):
         except (ImportError, AttributeError) as exc:  # a module or class moved
             problems = [str(getattr(exc, "name", None) or exc)]
         if problems:
-            self.refuse(release="openai-agents", version=installed, missing=problems, what=what, tested=TESTED)
+            self.refuse(
+                release="openai-agents", version=installed, missing=problems, what=what, tested=TESTED
+            )
             return
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = AgentsTelemetry(

@@ -99,7 +99,9 @@ class ToolCall:
 
     def phases(self, end_ns: int, error: BaseException | None, spoke: bool) -> list[PhaseRecord]:
         """The phases seen; one never finished is ended with the handoff, without a duration."""
-        phases = [PhaseRecord(sc.PHASE_ON_HANDOFF, self.begin_ns, self.settings_start_ns or end_ns, None, error)]
+        phases = [
+            PhaseRecord(sc.PHASE_ON_HANDOFF, self.begin_ns, self.settings_start_ns or end_ns, None, error)
+        ]
         if not self.settings_start_ns:
             return phases
         settings_end = self.settings_end_ns
@@ -150,11 +152,21 @@ class ToolCall:
 class SessionState:
     """One realtime session: its conversation, the response running, handoffs awaiting output."""
 
-    __slots__ = ("__weakref__", "arrivals", "awaiting", "conversation", "parent", "running", "server_session_id")
+    __slots__ = (
+        "__weakref__",
+        "arrivals",
+        "awaiting",
+        "conversation",
+        "parent",
+        "running",
+        "server_session_id",
+    )
 
     def __init__(self, telemetry: AgentsTelemetry, session: Any) -> None:
         self.parent = current_parent()  # where the app started the session
-        self.conversation = Conversation(telemetry, time.time_ns(), otel_context.get_current(), group_id(session))
+        self.conversation = Conversation(
+            telemetry, time.time_ns(), otel_context.get_current(), group_id(session)
+        )
         self.arrivals: dict[str, int] = {}  # call id -> when the function call arrived
         self.running: Any = None  # the response in progress: its id, or True when it has none
         self.awaiting: list[ToolCall] = []  # handoffs whose new agent has not spoken yet

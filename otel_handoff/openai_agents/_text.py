@@ -243,6 +243,7 @@ def begin(telemetry: AgentsTelemetry, kwargs: dict[str, Any]) -> tuple[TextHando
         tool_call_id=getattr(tool_call, "call_id", None),
         trace_id=trace_id,
         has_hooks=_has_hooks(telemetry, kwargs.get("hooks"), agent),
+        to_agent=getattr(chosen.handoff, "agent_name", None),
     )
     for other in run_handoffs[1:]:  # the SDK runs the first one only
         attributes = {sc.REJECTION_REASON: sc.REJECTED_MULTIPLE}

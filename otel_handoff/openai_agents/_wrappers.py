@@ -144,7 +144,9 @@ async def wrap_send_event(wrapped: Any, instance: Any, args: Any, kwargs: Any) -
     return await wrapped(*args, **kwargs)
 
 
-async def wrap_on_event(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def wrap_on_event(
+    telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     """``RealtimeSession.on_event``: every model event, when the session receives it."""
     state = telemetry.sessions.get(instance)
     if state is not None:
@@ -196,7 +198,9 @@ async def wrap_settings(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> 
     return settings
 
 
-async def wrap_session_close(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+async def wrap_session_close(
+    telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
     """``RealtimeSession.close``: handoffs still awaiting the new agent's output end here."""
     state = telemetry.sessions.pop(instance, None)
     if state is not None:
