@@ -155,7 +155,7 @@ def test_no_framework_installed_warns_once(
     _auto.start()  # a venv's lib64 symlink runs the .pth twice: still one line
     assert [r.getMessage() for r in caplog.records] == [
         "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT is set but no supported framework is installed; "
-        "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat]). Nothing is traced."
+        "pip install 'otel-handoff[livekit]' (or [ag2], [pipecat], [openai-agents]). Nothing is traced."
     ]
 
 
@@ -169,6 +169,7 @@ def test_the_start_up_hook_is_installed() -> None:
 
 AG2_APP = Path(__file__).parent / "scripts" / "offline_ag2_workflow.py"
 PIPECAT_APP = Path(__file__).parent / "scripts" / "offline_pipecat_flow.py"
+OPENAI_AGENTS_APP = Path(__file__).parent / "scripts" / "offline_openai_agents.py"
 
 
 def run_unmodified(app: Path, how: str, rotel: Rotel, expect: str) -> None:
@@ -207,4 +208,22 @@ def test_unmodified_pipecat_flows_app_exports_transitions(rotel: Rotel, how: str
         "greeting",
         "booking",
     )
+    assert handoff["resource"]["service.name"] == "auto-agent"
+
+
+@pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
+def test_unmodified_openai_agents_app_exports_handoffs(rotel: Rotel, how: str) -> None:
+    pytest.importorskip("agents.testing", reason="needs openai-agents >= 0.21.0")
+    run_unmodified(OPENAI_AGENTS_APP, how, rotel, expect="answered by: billing")
+    [handoff] = handoffs(rotel, 1)
+    attributes = handoff["attributes"]
+    assert (attributes[sc.FRAMEWORK], attributes[sc.TRIGGER], attributes[sc.GEN_AI_TOOL_NAME]) == (
+        sc.FRAMEWORK_OPENAI_AGENTS,
+        "tool",
+        "transfer_to_billing",
+    )
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+    assert attributes[sc.STREAMED] is True
+    phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
+    assert phases == {sc.SPAN_ON_HANDOFF, sc.SPAN_SETUP, sc.SPAN_FIRST_OUTPUT}
     assert handoff["resource"]["service.name"] == "auto-agent"

@@ -18,6 +18,7 @@ _DEMOS = {
     "livekit": ("demo", "run_demo"),
     "ag2": ("demo_ag2", "run_ag2_demo"),
     "pipecat": ("demo_pipecat", "run_pipecat_demo"),
+    "openai-agents": ("demo_openai_agents", "run_openai_agents_demo"),
 }
 
 
@@ -42,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(_DEMOS),
         default="livekit",
         help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
-        "pipecat: Pipecat Flows",
+        "pipecat: Pipecat Flows; openai-agents: an OpenAI Agents SDK text run and realtime session",
     )
     summary = commands.add_parser(
         "summary",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import schema as sc
+from ..core.frameworks import BY_SPAN_FRAMEWORK
 from .span_sources import SpanRecord, SpanSourceError, read_spans
 from .waterfall import bar
 
@@ -328,10 +329,18 @@ def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[in
 
 # the handoff time both here and in the overview's p50/p95/max: the span's `agent_handoff.duration`
 DURATION_LABEL = "duration"
-DURATION_LEGEND = (
-    "duration = agent_handoff.duration: the sum of the work phases (no waits, no on_enter), or for a"
-    " handoff without phases (AG2) decision to next turn; the demo's waterfall shows each span's wall time"
-)
+
+
+def duration_legend(frameworks: Sequence[str]) -> str:
+    """What ``duration`` is for each framework in the data (the framework registry says)."""
+    meanings = [
+        f"{key}: {BY_SPAN_FRAMEWORK[key].duration}" if key in BY_SPAN_FRAMEWORK else key
+        for key in sorted(set(frameworks))
+    ]
+    return (
+        f"duration = agent_handoff.duration ({'; '.join(meanings)});"
+        " the demo's waterfall shows each span's wall time"
+    )
 
 
 def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
@@ -342,7 +351,7 @@ def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
     pair_noun = "agent pair" if len(pairs) == 1 else "agent pairs"
     lines = [
         f"{total} {noun}, {len(pairs)} {pair_noun}{where} · percentiles nearest-rank · times in ms",
-        DURATION_LEGEND,
+        duration_legend([p.framework for p in pairs]),
         "",
     ]
     header = [

@@ -27,6 +27,8 @@ class Framework:
     # (module, "Class.method") where a session or chat starts: exporting is configured there
     starts_at: tuple[tuple[str, str], ...]
     demo_module: str  # what `otel-handoff demo --framework KEY` needs importable
+    span_framework: str  # its spans' agent_handoff.framework
+    duration: str  # what its agent_handoff.duration measures, for people (summary's legend)
 
     @property
     def install_hint(self) -> str:
@@ -52,6 +54,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         modules=("livekit.agents",),
         starts_at=(("livekit.agents.voice.agent_session", "AgentSession.start"),),
         demo_module="livekit.agents",
+        span_framework="livekit-agents",
+        duration="the sum of the work phases (no waits, no on_enter)",
     ),
     Framework(
         key="ag2",
@@ -69,6 +73,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
             ("ag2.network.hub.core", "Hub.__init__"),
         ),
         demo_module="ag2.network",
+        span_framework="ag2",
+        duration="decision to the next speaker's turn",
     ),
     Framework(
         key="pipecat",
@@ -82,6 +88,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         modules=("pipecat.flows",),
         starts_at=(("pipecat.flows.manager", "FlowManager.__init__"),),
         demo_module="pipecat.flows",
+        span_framework="pipecat-flows",
+        duration="the sum of the work phases (no waits)",
     ),
     Framework(
         key="openai-agents",
@@ -99,8 +107,11 @@ FRAMEWORKS: tuple[Framework, ...] = (
             ("agents.realtime.session", "RealtimeSession.__init__"),
         ),
         demo_module="agents",
+        span_framework="openai-agents",
+        duration="the model's handoff call to the new agent's first output",
     ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
+BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}
 # when no framework is installed: the first extra, and the others
 ANY_HINT = f"{FRAMEWORKS[0].install_hint} (or " + ", ".join(f"[{f.extra}]" for f in FRAMEWORKS[1:]) + ")"

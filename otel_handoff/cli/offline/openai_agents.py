@@ -16,7 +16,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents import Agent, AgentHooks, RunHooks, Runner, handoff, set_trace_processors
+from agents import Agent, AgentHooks, RunConfig, RunHooks, Runner, handoff, set_trace_processors
 from agents.realtime import RealtimeAgent, RealtimeRunner, realtime_handoff
 from agents.realtime.model_events import (
     RealtimeModelAudioEvent,
@@ -64,6 +64,7 @@ class TextScenario:
     chain: bool = False  # billing hands off to refunds in turn
     several: bool = False  # triage asks for billing and refunds in one response
     raising_on_handoff: bool = False
+    group_id: str | None = None  # the run's conversation, as the app names it (RunConfig.group_id)
     events: list[str] = field(default_factory=list)  # what the app's callbacks saw, in order
 
     def agents(self) -> Agent[Any]:
@@ -88,22 +89,19 @@ class TextScenario:
         async def billing_reply(call: Any) -> list[Any]:
             events.append("billing_model")
             await _sleep(self.reply_delay)
+            if self.chain:
+                return [function_call("transfer_to_refunds", {}, call_id="call_refunds")]
             return [assistant_message(BILLING_REPLY)]
 
         refunds = Agent(
             name="refunds", model=ScriptedModel([[assistant_message(REFUNDS_REPLY)]]), instructions="Refunds."
-        )
-        billing_steps: list[Any] = (
-            [[function_call("transfer_to_refunds", {}, call_id="call_refunds")]]
-            if self.chain
-            else [ModelStep.respond(billing_reply)]
         )
         billing = Agent(
             name="billing",
             instructions=billing_instructions
             if self.instructions_delay is not None
             else BILLING_INSTRUCTIONS,
-            model=ScriptedModel(billing_steps),
+            model=ScriptedModel([ModelStep.respond(billing_reply)]),
             handoffs=[refunds] if self.chain else [],
         )
         to_billing = _billing_handoff(
@@ -161,9 +159,11 @@ class AgentHandoffHooks(AgentHooks[Any]):
 async def run_text(scenario: TextScenario, mode: str = "run") -> tuple[Any, list[str]]:
     """Run the scenario (``run``, ``streamed`` or, from a thread, ``sync``): final output, events."""
     agent = scenario.agents()
-    hooks = scenario.hooks()
+    options: dict[str, Any] = {"hooks": scenario.hooks()}
+    if scenario.group_id is not None:
+        options["run_config"] = RunConfig(group_id=scenario.group_id)
     if mode == "streamed":
-        result = Runner.run_streamed(agent, USER_INPUT, hooks=hooks)
+        result = Runner.run_streamed(agent, USER_INPUT, **options)
         async for event in result.stream_events():
             if event.type == "run_item_stream_event":
                 scenario.events.append(f"stream:{event.name}")
@@ -171,9 +171,9 @@ async def run_text(scenario: TextScenario, mode: str = "run") -> tuple[Any, list
                 scenario.events.append(f"stream:agent:{event.new_agent.name}")
         return result.final_output, scenario.events
     if mode == "sync":
-        result = await asyncio.to_thread(Runner.run_sync, agent, USER_INPUT, hooks=hooks)
+        result = await asyncio.to_thread(Runner.run_sync, agent, USER_INPUT, **options)
     else:
-        result = await Runner.run(agent, USER_INPUT, hooks=hooks)
+        result = await Runner.run(agent, USER_INPUT, **options)
     return result.final_output, scenario.events
 
 
@@ -270,7 +270,13 @@ async def run_scripted_realtime(model: LatentRealtimeModel, agent: RealtimeAgent
         return await talk_until_new_agent_speaks(session)
 
 
-_SESSION = {"type": "realtime", "object": "realtime.session", "id": "sess_loopback", "model": "gpt-realtime"}
+LOOPBACK_SESSION_ID = "sess_loopback"  # the server's id of every session (gen_ai.conversation.id)
+_SESSION = {
+    "type": "realtime",
+    "object": "realtime.session",
+    "id": LOOPBACK_SESSION_ID,
+    "model": "gpt-realtime",
+}
 
 
 @dataclass
