@@ -25,6 +25,7 @@ else
     "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
     "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
+    "openai-agents==0.21.0|$PY311" "openai-agents==0.24.0|$PY311" "openai-agents|$PY311"
   )
 fi
 
@@ -39,6 +40,8 @@ for cell in "${CELLS[@]}"; do
     livekit-agents) tests=(tests/test_livekit_*.py); extra=(httpx) ;;  # 1.2/1.4 import httpx undeclared
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
     pipecat-ai) tests=(tests/test_pipecat_*.py); extra=() ;;  # ~500 MB each: pip's cache serves the second
+    # openinference replaces the SDK's trace processors: ours must survive it on every release
+    openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     *) echo "unknown framework in $spec"; exit 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

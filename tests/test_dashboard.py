@@ -355,10 +355,28 @@ def _pipecat_handoffs() -> None:
     )
 
 
+def _openai_agents_handoffs() -> None:
+    """A chain of two, one rejected (two asked for at once), one failed (a raising on_handoff)."""
+    import asyncio
+
+    from otel_handoff.cli.offline import openai_agents as oa
+
+    oa.quiet_sdk_tracing()
+
+    async def run() -> None:
+        await oa.run_text(oa.TextScenario(chain=True))
+        await oa.run_text(oa.TextScenario(several=True))
+        with pytest.raises(LookupError):
+            await oa.run_text(oa.TextScenario(raising_on_handoff=True))
+
+    asyncio.run(run())
+
+
 FRAMEWORK_RUNS = {
     "livekit-agents": _livekit_handoffs,
     "ag2": _ag2_handoffs,
     "pipecat-flows": _pipecat_handoffs,
+    "openai-agents": _openai_agents_handoffs,
 }
 
 
@@ -396,6 +414,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
 
     from otel_handoff.ag2 import AG2HandoffInstrumentor
     from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
     from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
     registry = CollectorRegistry()
@@ -423,6 +442,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
             LiveKitHandoffInstrumentor,
             AG2HandoffInstrumentor,
             PipecatFlowsHandoffInstrumentor,
+            OpenAIAgentsHandoffInstrumentor,
         ):
             instrument(instrumentor, meter_provider=meter_provider)
         total = "sum by (agent_handoff_framework) (agent_handoff_duration_seconds_count)"
@@ -463,7 +483,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
             if any(label in expr for label in REUSE_LABELS):
                 expected = {"livekit-agents"}
             elif "agent_handoff_phase_duration" in expr:
-                expected = {"livekit-agents", "pipecat-flows"}
+                expected = {"livekit-agents", "pipecat-flows", "openai-agents"}
             else:
                 expected = set(FRAMEWORK_RUNS)
             assert found >= expected, (

@@ -102,3 +102,25 @@ def test_pipecat_demo_prints_node_transitions() -> None:
     ]
     for phase in ("handler", "pre_actions", "context_update"):
         assert re.search(rf"^\s+{phase}\s+│", out, flags=re.M), phase
+
+
+def test_openai_agents_demo_prints_a_text_chain_and_a_realtime_handoff() -> None:
+    out, headers = _framework_demo("openai-agents", "agents.testing")
+    assert headers == [
+        ("1", "triage", "billing", "tool:transfer_to_billing", "completed"),
+        ("2", "billing", "refunds", "tool:transfer_to_refunds", "completed"),
+        ("1", "triage", "billing", "realtime_tool:transfer_to_billing", "completed"),
+    ]
+    blocks = re.findall(r"^conversation (\S+) · \d handoffs? · (.+)$", out, flags=re.M)
+    assert [conversation for conversation, _ in blocks] == ["demo-text-run", "sess_loopback"]
+    for phase in (
+        "on_handoff",
+        "input_filter",
+        "setup",
+        "first_output",
+        "settings",
+        "session_update",
+        "response_drain",
+        "first_audio",
+    ):
+        assert re.search(rf"^\s+{phase}\s+│", out, flags=re.M), phase
