@@ -228,6 +228,30 @@ async def test_raising_on_handoff(provider: TracerProvider, spans: Spans, open_s
     assert open_spans.ours() == []
 
 
+async def test_raising_input_filter(traced: Spans) -> None:
+    with pytest.raises(ValueError):
+        await oa.run_text(oa.TextScenario(input_filter_delay=0.0, raising_input_filter=True))
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.ERROR_TYPE] == "ValueError"
+    named = phases(traced, handoff)
+    assert list(named) == [sc.SPAN_ON_HANDOFF, sc.SPAN_INPUT_FILTER]
+    assert named[sc.SPAN_INPUT_FILTER].status.status_code is StatusCode.ERROR
+    assert named[sc.SPAN_ON_HANDOFF].status.status_code is StatusCode.UNSET
+
+
+async def test_agent_hooks_alone_make_a_hooks_phase(traced: Spans) -> None:
+    scenario = oa.TextScenario(agent_hooks=True)
+    await oa.run_text(scenario)
+    assert "agent_hooks" in scenario.events  # the SDK called them (on the source agent)
+    [handoff] = traced.handoffs()
+    assert list(phases(traced, handoff)) == [
+        sc.SPAN_ON_HANDOFF,
+        sc.SPAN_HOOKS,
+        sc.SPAN_SETUP,
+        sc.SPAN_FIRST_OUTPUT,
+    ]
+
+
 async def test_the_apps_span_is_the_parent_and_its_group_id_the_conversation(traced: Spans) -> None:
     scenario = oa.TextScenario()
     from conftest import PROVIDER
@@ -398,6 +422,33 @@ async def test_realtime_session_closed_before_the_new_agent_speaks(
     assert sc.RESPONSE_DRAIN_DURATION not in handoff.attributes
     assert named[sc.SPAN_RESPONSE_DRAIN].end_time == handoff.end_time
     assert sc.SPAN_FIRST_AUDIO not in named
+    assert open_spans.ours() == []
+
+
+async def test_realtime_interrupted_during_the_handoff(traced: Spans, open_spans: OpenSpans) -> None:
+    model = oa.LatentRealtimeModel(old_response_tail=0.05, audio_delay=0.05, interrupt=True)
+    await oa.run_scripted_realtime(model, oa.realtime_agents())
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.INTERRUPTED] is True
+    assert list(phases(traced, handoff)) == REALTIME_PHASES
+    assert open_spans.ours() == []
+
+
+async def test_realtime_raising_on_handoff(traced: Spans, open_spans: OpenSpans) -> None:
+    model = oa.LatentRealtimeModel()
+    session = await oa.RealtimeRunner(oa.realtime_agents(raising_on_handoff=True), model=model).run()
+    async with session:
+        await model.ask_for_billing()
+        seen = []
+        async for event in session:
+            seen.append(event.type)
+            if event.type == "error" or len(traced.handoffs()) == 1:
+                break
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_ERROR
+    assert handoff.attributes[sc.ERROR_TYPE] == "LookupError"
+    [on_handoff] = traced.children(handoff)
+    assert (on_handoff.name, on_handoff.status.status_code) == (sc.SPAN_ON_HANDOFF, StatusCode.ERROR)
     assert open_spans.ours() == []
 
 

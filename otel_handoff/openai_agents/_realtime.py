@@ -99,14 +99,26 @@ class ToolCall:
 
     def phases(self, end_ns: int, error: BaseException | None, spoke: bool) -> list[PhaseRecord]:
         """The phases seen; one never finished is ended with the handoff, without a duration."""
+        settings_start, settings_end = self.settings_start_ns, self.settings_end_ns
         phases = [
-            PhaseRecord(sc.PHASE_ON_HANDOFF, self.begin_ns, self.settings_start_ns or end_ns, None, error)
+            PhaseRecord(
+                sc.PHASE_ON_HANDOFF,
+                self.begin_ns,
+                settings_start or end_ns,
+                None,
+                None if settings_start else error,
+            )
         ]
-        if not self.settings_start_ns:
+        if not settings_start:
             return phases
-        settings_end = self.settings_end_ns
         phases.append(
-            PhaseRecord(sc.PHASE_SETTINGS, self.settings_start_ns, settings_end or end_ns, None, error)
+            PhaseRecord(
+                sc.PHASE_SETTINGS,
+                settings_start,
+                settings_end or end_ns,
+                None,
+                None if settings_end else error,
+            )
         )
         if self.update_sent_ns:
             phases.append(PhaseRecord(sc.PHASE_SESSION_UPDATE, self.update_sent_ns, self.updated_ns))

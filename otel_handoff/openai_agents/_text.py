@@ -143,7 +143,13 @@ class TextHandoff:
             return phases
         invoke_end = self.invoke_end_ns
         phases.append(
-            PhaseRecord(sc.PHASE_ON_HANDOFF, self.invoke_start_ns, invoke_end or end_ns, None, error)
+            PhaseRecord(
+                sc.PHASE_ON_HANDOFF,
+                self.invoke_start_ns,
+                invoke_end or end_ns,
+                None,
+                None if invoke_end else error,
+            )
         )
         if not invoke_end:
             return phases

@@ -20,6 +20,7 @@ from agents import Agent, AgentHooks, RunConfig, RunHooks, Runner, handoff, set_
 from agents.realtime import RealtimeAgent, RealtimeRunner, realtime_handoff
 from agents.realtime.model_events import (
     RealtimeModelAudioEvent,
+    RealtimeModelAudioInterruptedEvent,
     RealtimeModelRawServerEvent,
     RealtimeModelToolCallEvent,
     RealtimeModelTurnEndedEvent,
@@ -64,6 +65,8 @@ class TextScenario:
     chain: bool = False  # billing hands off to refunds in turn
     several: bool = False  # triage asks for billing and refunds in one response
     raising_on_handoff: bool = False
+    raising_input_filter: bool = False
+    agent_hooks: bool = False  # triage has AgentHooks with an on_handoff
     group_id: str | None = None  # the run's conversation, as the app names it (RunConfig.group_id)
     events: list[str] = field(default_factory=list)  # what the app's callbacks saw, in order
 
@@ -79,6 +82,8 @@ class TextScenario:
         async def input_filter(data: Any) -> Any:
             events.append("input_filter")
             await _sleep(self.input_filter_delay or 0.0)
+            if self.raising_input_filter:
+                raise ValueError(f"cannot trim {USER_INPUT}")
             return data
 
         async def billing_instructions(context: Any, agent: Any) -> str:
@@ -115,6 +120,7 @@ class TextScenario:
             instructions=TRIAGE_INSTRUCTIONS,
             model=ScriptedModel([first_response]),
             handoffs=[to_billing, refunds],
+            hooks=AgentHandoffHooks(events) if self.agent_hooks else None,
         )
 
     def hooks(self) -> RunHooks[Any] | None:
@@ -180,11 +186,15 @@ async def run_text(scenario: TextScenario, mode: str = "run") -> tuple[Any, list
 # --- realtime ---------------------------------------------------------------------------------------
 
 
-def realtime_agents(on_handoff_delay: float = 0.0, instructions_delay: float = 0.0) -> RealtimeAgent[Any]:
+def realtime_agents(
+    on_handoff_delay: float = 0.0, instructions_delay: float = 0.0, raising_on_handoff: bool = False
+) -> RealtimeAgent[Any]:
     """triage -> billing, as realtime agents; billing's instructions may take a while to build."""
 
     async def on_handoff(context: Any) -> None:
         await _sleep(on_handoff_delay)
+        if raising_on_handoff:
+            raise LookupError(f"no billing desk for {USER_INPUT}")
 
     async def billing_instructions(context: Any, agent: Any) -> str:
         await _sleep(instructions_delay)
@@ -218,9 +228,15 @@ class LatentRealtimeModel(ScriptedRealtimeModel):
     """The SDK's scripted realtime transport with a server's latency: ack, old response, new audio."""
 
     def __init__(
-        self, *, ack_delay: float = 0.04, old_response_tail: float = 0.0, audio_delay: float = 0.1
+        self,
+        *,
+        ack_delay: float = 0.04,
+        old_response_tail: float = 0.0,
+        audio_delay: float = 0.1,
+        interrupt: bool = False,
     ) -> None:
         super().__init__(strict=False)
+        self.interrupt = interrupt  # the caller talks over the old agent right after the handoff
         self.ack_delay = ack_delay
         self.old_response_tail = old_response_tail
         self.audio_delay = audio_delay
@@ -252,6 +268,10 @@ class LatentRealtimeModel(ScriptedRealtimeModel):
             self._later(self.ack_delay, RealtimeModelRawServerEvent(data={"type": "session.updated"}))
         if isinstance(event, RealtimeModelSendToolOutput) and event.start_response:
             self.output_sent.set()
+            if self.interrupt:
+                self._later(
+                    0.0, RealtimeModelAudioInterruptedEvent(item_id="item_old_audio", content_index=0)
+                )
             # the server starts the new response once the old one is done
             self._later(
                 self.old_response_tail + self.audio_delay,
