@@ -495,3 +495,30 @@ async def test_uninstrument_restores_everything(provider: TracerProvider, spans:
     await oa.run_text(oa.TextScenario())
     await oa.run_scripted_realtime(oa.LatentRealtimeModel(), oa.realtime_agents())
     assert len(spans.handoffs()) == spans_before
+
+
+async def test_noop_providers_cost_no_span_or_metric_work(
+    provider: TracerProvider, spans: Spans, sdk_traces: SdkTraces, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OTEL_SDK_DISABLED or NoOp providers: the emitter builds no attributes, spans or points."""
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from otel_handoff.core import emit
+
+    built: list[int] = []
+    attributes = emit._attributes
+    monkeypatch.setattr(emit, "_attributes", lambda *args: built.append(1) or attributes(*args))
+
+    async def run_with(tracer_provider: Any) -> None:
+        instrumentor = OpenAIAgentsHandoffInstrumentor()
+        instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=NoOpMeterProvider())
+        try:
+            assert (await oa.run_text(oa.TextScenario(chain=True)))[0] == oa.REFUNDS_REPLY
+        finally:
+            instrumentor.uninstrument()
+
+    await run_with(NoOpTracerProvider())
+    assert built == []
+    await run_with(provider)
+    assert len(built) == 2 and len(spans.handoffs()) == 2

@@ -466,3 +466,30 @@ async def test_uninstrument_takes_our_observer_and_handler_off_the_worker(instru
     instrumentor.uninstrument()
     await asyncio.gather(*_observer.DETACHING)
     assert _observers_and_handlers(worker) == _observers_and_handlers(plain_worker)
+
+
+async def test_our_observer_is_on_the_worker_only_while_speech_is_awaited(instrument: Any) -> None:
+    """An observer makes Pipecat queue every frame push to it: it must not be there for nothing."""
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineWorker
+
+    from otel_handoff.pipecat import _observer
+
+    instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
+    worker = PipelineWorker(Pipeline([]))
+    flow_manager = FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
+    watch = instrumentor._telemetry.state(flow_manager).watch
+
+    def ours() -> list[Any]:
+        return [o for o in worker._observer._observers if isinstance(o, _observer._FirstSpeech)]
+
+    if not _observer.observers_join_running_pipelines():  # pipecat-ai 1.5: there from the start
+        assert len(ours()) == 1
+        return
+    assert ours() == []
+    watch.await_speech()  # a transition ended
+    watch.await_speech()
+    assert len(ours()) == 1
+    watch.speech_seen()  # the bot spoke in the new node
+    await asyncio.gather(*_observer.DETACHING)
+    assert ours() == []

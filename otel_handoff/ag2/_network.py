@@ -52,7 +52,7 @@ from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.conversation import Conversation
-from ..core.faults import guard
+from ..core.faults import guard, report
 from ..core.spans import HandoffTelemetry
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
@@ -215,7 +215,7 @@ def classify(envelope: Any, state: Any, start_ns: int) -> Decision | None:
     decision = Decision(
         envelope.envelope_id, sc.KIND_TRANSITION, start_ns, sender, next_speaker, _envelope_parent(envelope)
     )
-    graph = TransitionGraph.loads(state.graph_data)
+    graph = _graph(state.graph_data)
     if next_speaker is not None and graph.max_turns is not None and state.turn_count >= graph.max_turns:
         decision.kind, decision.to_agent_id = sc.KIND_MAX_TURNS, None
         return decision
@@ -243,6 +243,21 @@ def classify(envelope: Any, state: Any, start_ns: int) -> Decision | None:
             if isinstance(rule.when, ToolCalled):
                 decision.kind, decision.tool_name = sc.KIND_TOOL_CALLED, rule.when.tool_name
     return decision
+
+
+# graph data -> its TransitionGraph, by identity: a channel's state keeps the same dict fold after fold
+_GRAPHS: dict[int, tuple[Any, Any]] = {}
+
+
+def _graph(data: Any) -> Any:
+    cached = _GRAPHS.get(id(data))
+    if cached is not None and cached[0] is data:
+        return cached[1]
+    graph = TransitionGraph.loads(data)
+    if len(_GRAPHS) >= 64:  # a few channels at a time; old ones need no entry
+        _GRAPHS.clear()
+    _GRAPHS[id(data)] = (data, graph)
+    return graph
 
 
 def _envelope_parent(envelope: Any) -> otel_context.Context | None:
@@ -389,7 +404,10 @@ async def wrap_hub_hook(
         _IN_HOOK.reset(token)
         tracker = telemetry.hubs.get(instance) if telemetry.enabled else None
         if tracker is not None:
-            guard(f"Hub.{hook}", getattr(tracker, hook), *args, *kwargs.values())
+            try:
+                getattr(tracker, hook)(*args, *kwargs.values())
+            except Exception as exc:
+                report(f"Hub.{hook}", exc)
 
 
 async def wrap_hub_close(

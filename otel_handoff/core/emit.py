@@ -17,13 +17,18 @@ from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanKind
 
 from . import schema as sc
 from .record import HandoffRecord, PhaseRecord
 from .spans import HandoffTelemetry, set_error
 
 _PHASES = sc.PHASES
+# phase -> (its span's name, the duration attribute on that span or None when it is on agent_handoff)
+_CHILDREN = {
+    spec.name: (spec.span, None if spec.on_handoff_span else spec.duration_attribute)
+    for spec in sc.PHASE_REGISTRY
+}
 # phase -> (its duration attribute on agent_handoff or None, counts in the duration, runs after)
 _ROLES = {
     spec.name: (
@@ -47,8 +52,11 @@ class Emitted(NamedTuple):
 
 def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     """Make the record's ``agent_handoff`` span, its phase children and its metrics."""
-    attributes, phase_seconds = _attributes(telemetry, record)
     parent = record.parent if record.parent is not None else otel_context.get_current()
+    if not telemetry.metrics.enabled and _never_records(telemetry.tracer):
+        # a NoOp tracer provider and NoOp meters (OTEL_SDK_DISABLED, say): nothing to build
+        return Emitted(INVALID_SPAN_CONTEXT, parent, parent, False, telemetry.static_attributes)
+    attributes, phase_seconds = _attributes(telemetry, record)
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent, attributes)
     span = telemetry.tracer.start_span(
@@ -164,13 +172,20 @@ def _own_ns(phase: PhaseRecord) -> int:
     return max(0, phase.end_ns - phase.start_ns) if phase.end_ns else 0
 
 
+def _never_records(tracer: trace.Tracer) -> bool:
+    """A NoOp tracer, directly or behind the API's proxy (until a real provider is set)."""
+    if type(tracer) is trace.ProxyTracer:  # its delegate: NoOp until a provider is set
+        tracer = getattr(tracer, "_tracer", tracer)
+    return type(tracer) is trace.NoOpTracer
+
+
 def _child(tracer: trace.Tracer, phase: PhaseRecord, parent: otel_context.Context, end_ns: int) -> None:
-    spec = _PHASES[phase.name]
+    name, duration_attribute = _CHILDREN[phase.name]
     attributes = phase.attributes
-    if not spec.on_handoff_span and phase.end_ns:
-        attributes = {**(attributes or {}), spec.duration_attribute: _own_ns(phase) / 1e9}
+    if duration_attribute is not None and phase.end_ns:
+        attributes = {**(attributes or {}), duration_attribute: _own_ns(phase) / 1e9}
     span = tracer.start_span(
-        spec.span, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=phase.start_ns
+        name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=phase.start_ns
     )
     error = phase.error
     if error is not None and not isinstance(error, asyncio.CancelledError):

@@ -30,6 +30,7 @@ from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCaus
 from ._reuse import realtime_blockers, stt_blockers
 
 ON_ENTER_TASK_NAME = "AgentTask_on_enter"
+_NEW_ACTIVITY_PHASES = frozenset((sc.START, sc.RESUME))
 FINAL_UPDATE_SUFFIX = "_final"  # `RunContext._make_update_output` of a tool's return after ctx.update()
 REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
 
@@ -59,11 +60,22 @@ class LiveKitTelemetry(HandoffTelemetry):
     progress_updates: weakref.WeakKeyDictionary[Any, int] = field(default_factory=weakref.WeakKeyDictionary)
     # (class, method) patched on first sight of a realtime session class; undone by uninstrument()
     lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
+    # session -> its conversation id (the room sid of its job): read once per session
+    conversation_ids: weakref.WeakKeyDictionary[Any, str | None] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
 
     def next_sequence(self, session: Any) -> int:
         value = self.sequences.get(session, 0) + 1
         self.sequences[session] = value
         return value
+
+    def conversation_id(self, session: Any) -> str | None:
+        try:
+            return self.conversation_ids[session]
+        except KeyError:
+            value = self.conversation_ids[session] = self.features.conversation_id()
+            return value
 
 
 class TimedLock(asyncio.Lock):
@@ -151,7 +163,10 @@ def wrap_update_agent(
         raise
     finally:
         PENDING_HANDOFF.reset(token)
-        guard("update_agent", _watch_handoff_task, instance, handoff)
+        try:
+            _watch_handoff_task(instance, handoff)
+        except Exception as exc:
+            report("update_agent", exc)
 
 
 def _request_handoff(
@@ -192,7 +207,7 @@ def _new_handoff(
         sequence=telemetry.next_sequence(session),
         queued=queued,
         tool=tool,
-        conversation_id=telemetry.features.conversation_id(),
+        conversation_id=telemetry.conversation_id(session),
     )
 
 
@@ -250,7 +265,11 @@ async def wrap_update_activity(
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
-    guard("_update_activity", handoff.finish)
+    if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
+        try:
+            handoff.finish()
+        except Exception as exc:
+            report("_update_activity", exc)
     return result
 
 
@@ -307,8 +326,11 @@ async def run_phase(
         handoff.end_phase(mark, None)
     except Exception as exc:
         report(phase, exc)
-    if phase in (sc.START, sc.RESUME) and telemetry.features.connection_metrics:
-        guard("reconnect", _watch_reconnects, telemetry, handoff, instance)
+    if phase in _NEW_ACTIVITY_PHASES and telemetry.features.connection_metrics:
+        try:
+            _watch_reconnects(telemetry, handoff, instance)
+        except Exception as exc:
+            report("reconnect", exc)
     return result
 
 
@@ -342,7 +364,10 @@ async def wrap_detach_reusable_resources(
             handoff.stt_blocked = handoff.realtime_blocked = [sc.BLOCKED_DETACH_FAILED]
         raise
     if handoff is not None and not handoff.ended:
-        guard("reuse reasons", _explain_reuse, telemetry, handoff, instance, args, kwargs, resources)
+        try:
+            _explain_reuse(telemetry, handoff, instance, args, kwargs, resources)
+        except Exception as exc:
+            report("reuse reasons", exc)
     return resources
 
 

@@ -1,9 +1,17 @@
 """What we put on a flow's worker (an observer for first speech, a handler for the conversation's
-end), and how ``uninstrument()`` takes both off again."""
+end), and how ``uninstrument()`` takes both off again.
+
+An observer on a worker is not free: Pipecat then queues every frame push of the pipeline (audio
+included) to it through a proxy task. So the observer is only there while a transition awaits
+the bot's first speech, where Pipecat can add one to a running pipeline (1.7 and later); on a
+release that cannot (1.5: only if another observer is already there), it stays from the start.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import time
 import weakref
@@ -43,12 +51,26 @@ class _FirstSpeech(BaseObserver):
             guard("first speech", state.first_speech, time.time_ns())
 
 
+@functools.cache
+def observers_join_running_pipelines() -> bool:
+    """Does Pipecat give an observer added to a running pipeline its proxy (whatever else is there)?"""
+    from pipecat.pipeline.worker_observer import WorkerObserver
+
+    try:
+        source = inspect.getsource(WorkerObserver.add_observer)
+    except (OSError, TypeError):
+        return False
+    return "self._proxies is not None" in source
+
+
 class WorkerWatch:
-    """Our observer and ``on_pipeline_finished`` handler on one worker, until :meth:`detach`."""
+    """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our observer."""
 
     def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
         self._worker = weakref.ref(worker)
         self._observer = _FirstSpeech(telemetry, state)
+        self._on_demand = observers_join_running_pipelines()
+        self._attached = False
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -58,19 +80,38 @@ class WorkerWatch:
             guard(_FINISHED, state.finish, time.time_ns())
 
         self._finished = finished
-        worker.add_observer(self._observer)
         worker.add_event_handler(_FINISHED, finished)
+        if not self._on_demand:
+            self.await_speech()
+
+    def await_speech(self) -> None:
+        """A transition ended: watch the frames until the bot speaks in the new node."""
+        worker = self._worker()
+        if worker is not None and not self._attached:
+            worker.add_observer(self._observer)
+            self._attached = True
+
+    def speech_seen(self) -> None:
+        """No transition awaits speech any more: the frames go unobserved again."""
+        if self._on_demand and self._attached:
+            self._remove_observer()
 
     def detach(self) -> None:
-        """Take the handler off now and the observer as soon as its worker's loop allows.
-
-        ``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it
-        runs on; on one that does not, it has nothing to wait for and completes right here.
-        """
+        """Take the handler off now and the observer as soon as its worker's loop allows."""
         worker = self._worker()
         if worker is None:
             return
         worker.remove_event_handler(_FINISHED, self._finished)
+        if self._attached:
+            self._remove_observer()
+
+    def _remove_observer(self) -> None:
+        """``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it
+        runs on; on one that does not, it has nothing to wait for and completes right here."""
+        worker = self._worker()
+        self._attached = False
+        if worker is None:
+            return
         removal = worker.remove_observer(self._observer)
         loop = self._loop if self._loop is not None and self._loop.is_running() else _running_loop()
         if loop is None:

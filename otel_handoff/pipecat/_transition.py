@@ -118,6 +118,8 @@ class FlowState:
     def first_speech(self, now_ns: int) -> None:
         """The bot started speaking: the dead air of the last handoff ends here."""
         t, self.awaiting_speech = self.awaiting_speech, None
+        if self.watch is not None:
+            self.watch.speech_seen()
         if t is None or t.emitted is None:
             return
         phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, t.start_ns, max(now_ns, t.start_ns))

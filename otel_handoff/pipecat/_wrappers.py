@@ -262,6 +262,8 @@ def _begin(
 def _end(state: FlowState, transition: Transition) -> None:
     state.emit(transition, sc.OUTCOME_COMPLETED, time.time_ns())
     state.awaiting_speech = transition
+    if state.watch is not None:
+        state.watch.await_speech()
 
 
 # --- phases inside _set_node --------------------------------------------------------------------

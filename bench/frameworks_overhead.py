@@ -1,0 +1,258 @@
+"""Python work per handoff on every framework, each against its own floor (issue 21).
+
+For each framework, a real offline scenario (the same ones the demos and tests run) is run
+uninstrumented (**A**) and instrumented on an SDK ``TracerProvider`` with NoOp meters (**C**); the
+spans otel-handoff emitted in C (names, attributes, parent-child structure, chat roots included)
+are then started and ended bare on the same provider (**F**, the floor: what those spans cost
+made by the SDK alone). The unit is bytecode instructions under ``sys.settrace``, which machine
+load does not move; each scenario runs several times and the median per run counts (event loops
+that wait on timers vary a little from run to run, so the spread is printed too).
+
+Goal (issue 21): (C - A) / F <= 1.10 for every framework.
+
+    python bench/frameworks_overhead.py            # 5 runs of each scenario
+    python bench/frameworks_overhead.py --runs 9
+
+LiveKit is measured by ``handoff_overhead.py`` (wall time, memory and Python work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from otel_handoff.core import schema as sc
+
+RESULTS = Path(__file__).resolve().parent / "results"
+GOAL = 1.10  # (C - A) / F
+
+
+@dataclass
+class Scenario:
+    """One framework's offline run, and how many handoffs one run makes."""
+
+    framework: str
+    what: str
+    run: Callable[[], Awaitable[Any]]
+    instrumentor: Callable[[], Any]
+    handoffs: int
+
+
+def _scenarios() -> list[Scenario]:
+    found: list[Scenario] = []
+    try:
+        from otel_handoff.ag2 import AG2HandoffInstrumentor
+        from otel_handoff.cli.offline import ag2_network as an
+
+        async def ag2_channel() -> None:
+            hub, recorder = await an.open_hub()
+            try:
+                await an.run_channel(hub, recorder, an.ping_pong(max_turns=6))
+            finally:
+                await hub.close()
+
+        found.append(
+            Scenario("ag2", "workflow channel, 6 rule handoffs", ag2_channel, AG2HandoffInstrumentor, 6)
+        )
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.cli.offline import pipecat_flows as pf
+        from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+        async def flows() -> None:
+            from otel_handoff.cli import demo_pipecat
+
+            await pf.run_flow(
+                demo_pipecat._greeting(),
+                ["Hello.", [("go_to_booking", {})], "Booked."],
+                [pf.user_says("book")],
+                until=lambda fm: fm.current_node == "booking" and not fm._llm.replies,
+            )
+
+        found.append(
+            Scenario("pipecat-flows", "a tool transition", flows, PipecatFlowsHandoffInstrumentor, 1)
+        )
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.cli.offline import openai_agents as oa
+        from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+
+        oa.quiet_sdk_tracing()
+
+        async def text_chain() -> None:
+            await oa.run_text(oa.TextScenario(chain=True), "run")
+
+        async def realtime() -> None:
+            model = oa.LatentRealtimeModel(ack_delay=0.0, old_response_tail=0.0, audio_delay=0.0)
+            await oa.run_scripted_realtime(model, oa.realtime_agents())
+
+        found.append(
+            Scenario("openai-agents", "text run, 2 handoffs", text_chain, OpenAIAgentsHandoffInstrumentor, 2)
+        )
+        found.append(
+            Scenario(
+                "openai-agents", "realtime session, 1 handoff", realtime, OpenAIAgentsHandoffInstrumentor, 1
+            )
+        )
+    except ImportError:
+        pass
+    return found
+
+
+def _opcodes(run: Callable[[], Any]) -> int:
+    """Bytecode instructions executed while ``run()`` runs."""
+    count = 0
+
+    def trace_call(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+
+        def trace_opcode(frame: Any, event: str, arg: Any) -> Any:
+            nonlocal count
+            if event == "opcode":
+                count += 1
+            return trace_opcode
+
+        return trace_opcode
+
+    sys.settrace(trace_call)
+    try:
+        run()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+def _ours(spans: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
+    return [
+        s
+        for s in spans
+        if s.instrumentation_scope and s.instrumentation_scope.name.startswith("otel_handoff")
+    ]
+
+
+def _floor(spans: list[ReadableSpan], tracer: trace.Tracer) -> Callable[[], None]:
+    """Start and end the same spans bare, with the same attributes and parents."""
+    ids = {s.context.span_id: s for s in spans}
+
+    def depth(span: ReadableSpan) -> int:
+        parent = span.parent.span_id if span.parent else None
+        return 0 if parent not in ids else 1 + depth(ids[parent])
+
+    ordered = sorted(spans, key=lambda s: (depth(s), s.start_time or 0))  # parents first
+    plan = [
+        (
+            s.context.span_id,
+            s.parent.span_id if s.parent and s.parent.span_id in ids else None,
+            s.name,
+            dict(s.attributes or {}),
+        )
+        for s in ordered
+    ]
+
+    def emit() -> None:
+        made: dict[int, Any] = {}
+        for span_id, parent_id, name, attributes in plan:
+            context = trace.set_span_in_context(made[parent_id]) if parent_id is not None else None
+            made[span_id] = tracer.start_span(name, context=context, attributes=attributes)
+        for span in reversed(made.values()):
+            span.end()
+
+    return emit
+
+
+def measure(scenario: Scenario, runs: int) -> dict[str, Any]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    def once() -> None:
+        asyncio.run(scenario.run())
+
+    once()  # warm-up: imports, caches
+    plain = [_opcodes(once) for _ in range(runs)]
+    instrumentor = scenario.instrumentor()
+    instrumentor.instrument(tracer_provider=provider, meter_provider=NoOpMeterProvider(), skip_dep_check=True)
+    try:
+        once()
+        exporter.clear()
+        traced = []
+        for _ in range(runs):
+            exporter.clear()
+            traced.append(_opcodes(once))
+        spans = _ours(exporter.get_finished_spans())
+    finally:
+        instrumentor.uninstrument()
+    handoffs = len([s for s in spans if s.name == sc.SPAN_HANDOFF])
+    if handoffs != scenario.handoffs:
+        raise RuntimeError(f"{scenario.framework}: {handoffs} handoffs per run, expected {scenario.handoffs}")
+    floor = _floor(spans, provider.get_tracer("otel_handoff.bench.floor"))
+    floor()
+    floors = [_opcodes(floor) for _ in range(runs)]
+    a, c, f = (statistics.median(values) / handoffs for values in (plain, traced, floors))
+    return {
+        "framework": scenario.framework,
+        "scenario": scenario.what,
+        "spans_per_handoff": len(spans) / handoffs,
+        "A": a,
+        "C": c,
+        "F": f,
+        "C-A": c - a,
+        "ratio": (c - a) / f,
+        "spread_A": (max(plain) - min(plain)) / handoffs,
+        "spread_C": (max(traced) - min(traced)) / handoffs,
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| framework | scenario | spans / handoff | A | C | C - A | F | (C - A) / F | goal |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        mark = "✅" if r["ratio"] <= GOAL else "❌"
+        lines.append(
+            f"| {r['framework']} | {r['scenario']} | {r['spans_per_handoff']:.0f} | {r['A']:,.0f} "
+            f"| {r['C']:,.0f} | {r['C-A']:,.0f} | {r['F']:,.0f} | {r['ratio']:.2f} | ≤ {GOAL:.2f} {mark} |"
+        )
+    lines.append("")
+    lines.append(
+        "Opcodes per handoff, medians of the runs; run-to-run spread per handoff: "
+        + "; ".join(
+            f"{r['framework']} ({r['scenario']}) A ±{r['spread_A'] / 2:,.0f}, C ±{r['spread_C'] / 2:,.0f}"
+            for r in rows
+        )
+        + "."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args(argv)
+    rows = [measure(scenario, args.runs) for scenario in _scenarios()]
+    text = markdown(rows)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "frameworks.md").write_text("# Python work per handoff, every framework\n\n" + text)
+    (RESULTS / "frameworks.json").write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
