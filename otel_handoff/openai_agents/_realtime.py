@@ -11,7 +11,6 @@ emitted as one record when the new agent's first delta arrives, or when the sess
 
 from __future__ import annotations
 
-import asyncio
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from opentelemetry import context as otel_context
 from ..core import schema as sc
 from ..core.conversation import Conversation
 from ..core.record import PhaseRecord
-from ._text import AgentsTelemetry, current_parent
+from ._text import AgentsTelemetry, current_parent, emit_tool_handoff
 
 # the tool call this code runs inside (each runs in a task of its own)
 CALL: ContextVar[ToolCall | None] = ContextVar("otel_handoff_openai_agents_call", default=None)
@@ -135,29 +134,13 @@ class ToolCall:
             attributes[sc.OLD_RESPONSE_RUNNING] = self.old_response is not None
         if self.interrupted:
             attributes[sc.INTERRUPTED] = True
-        if ended_by is not None:
-            attributes[sc.ENDED_BY] = ended_by
-        if error is not None and not self.sequence:
-            self.sequence = self.state.conversation.next_sequence()
-        end_ns = max(end_ns, self.arrived_ns)
         conversation = self.state.conversation
+        if error is not None and not self.sequence:
+            self.sequence = conversation.next_sequence()
         if conversation.conversation_id is None:
             conversation.conversation_id = self.state.server_session_id
-        conversation.emit(
-            start_ns=self.arrived_ns,
-            end_ns=end_ns,
-            parent=self.parent,
-            sequence=self.sequence,
-            outcome=sc.OUTCOME_COMPLETED if error is None else sc.OUTCOME_ERROR,
-            from_agent=self.from_agent,
-            to_agent=self.to_agent,
-            trigger=sc.TRIGGER_REALTIME_TOOL,
-            tool_name=self.tool_name,
-            tool_call_id=self.tool_call_id,
-            error=sc.ERROR_CANCELLED if isinstance(error, asyncio.CancelledError) else error,
-            attributes=attributes,
-            phases=self.phases(end_ns, error, spoke=error is None and ended_by is None),
-            duration=(end_ns - self.arrived_ns) / 1e9,
+        emit_tool_handoff(
+            conversation, self, self.arrived_ns, end_ns, sc.TRIGGER_REALTIME_TOOL, attributes, error, ended_by
         )
 
 

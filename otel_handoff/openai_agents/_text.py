@@ -171,28 +171,44 @@ class TextHandoff:
         attributes: dict[str, Any] = {sc.STREAMED: self.streamed}
         if self.trace_id is not None:
             attributes[sc.FRAMEWORK_TRACE_ID] = self.trace_id
-        if ended_by is not None:
-            attributes[sc.ENDED_BY] = ended_by
-        outcome = sc.OUTCOME_COMPLETED
-        if error is not None:
-            outcome = sc.OUTCOME_ERROR
-        end_ns = max(end_ns, self.start_ns)
-        self.run.conversation.emit(
-            start_ns=self.start_ns,
-            end_ns=end_ns,
-            parent=self.parent,
-            sequence=self.sequence,
-            outcome=outcome,
-            from_agent=self.from_agent,
-            to_agent=self.to_agent,
-            trigger=sc.TRIGGER_TOOL,
-            tool_name=self.tool_name,
-            tool_call_id=self.tool_call_id,
-            error=sc.ERROR_CANCELLED if isinstance(error, asyncio.CancelledError) else error,
-            attributes=attributes,
-            phases=self.phases(end_ns, error, spoke=error is None and ended_by is None),
-            duration=(end_ns - self.start_ns) / 1e9,
+        emit_tool_handoff(
+            self.run.conversation, self, self.start_ns, end_ns, sc.TRIGGER_TOOL, attributes, error, ended_by
         )
+
+
+def emit_tool_handoff(
+    conversation: Conversation,
+    handoff: Any,
+    start_ns: int,
+    end_ns: int,
+    trigger: str,
+    attributes: dict[str, Any],
+    error: BaseException | None,
+    ended_by: str | None,
+) -> None:
+    """A text or realtime handoff (a tool call, its phases, how it ended) as one record.
+
+    ``handoff`` has the tool call's ``parent``, ``sequence``, agents, tool and ``phases()``.
+    """
+    if ended_by is not None:
+        attributes[sc.ENDED_BY] = ended_by
+    end_ns = max(end_ns, start_ns)
+    conversation.emit(
+        start_ns=start_ns,
+        end_ns=end_ns,
+        parent=handoff.parent,
+        sequence=handoff.sequence,
+        outcome=sc.OUTCOME_COMPLETED if error is None else sc.OUTCOME_ERROR,
+        from_agent=handoff.from_agent,
+        to_agent=handoff.to_agent,
+        trigger=trigger,
+        tool_name=handoff.tool_name,
+        tool_call_id=handoff.tool_call_id,
+        error=sc.ERROR_CANCELLED if isinstance(error, asyncio.CancelledError) else error,
+        attributes=attributes,
+        phases=handoff.phases(end_ns, error, spoke=error is None and ended_by is None),
+        duration=(end_ns - start_ns) / 1e9,
+    )
 
 
 class ObservedHandoff(wrapt.ObjectProxy):  # type: ignore[misc]
