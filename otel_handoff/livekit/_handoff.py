@@ -13,6 +13,7 @@ that is later.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import weakref
 from contextvars import ContextVar
@@ -72,6 +73,23 @@ class PhaseMark(NamedTuple):
     start_ns: int
     lock_wait_before_ns: int
     reused: Reuse = NOT_REUSED
+
+
+@functools.cache
+def _modes(previous_activity: str, new_activity: str) -> dict[str, Any]:
+    """The activity modes and a 0 for every duration they promise (a phase that ran overwrites it)."""
+    closes = previous_activity == sc.CLOSE
+    attributes: dict[str, Any] = {
+        sc.PREVIOUS_ACTIVITY: previous_activity,
+        sc.NEW_ACTIVITY: new_activity,
+        sc.QUEUE_WAIT_DURATION: 0.0,
+        sc.LOCK_WAIT_DURATION: 0.0,
+        sc.DRAIN_DURATION if closes else sc.PAUSE_DURATION: 0.0,
+    }
+    if closes:
+        attributes[sc.CLOSE_DURATION] = 0.0
+    attributes[sc.START_DURATION if new_activity == sc.START else sc.RESUME_DURATION] = 0.0
+    return attributes
 
 
 class LiveKitHandoff:
@@ -324,19 +342,11 @@ class LiveKitHandoff:
         from_label, from_id = self.from_agent or self._current_agent()
         record.from_agent, record.from_agent_id = from_label, from_id
         stt, realtime_session, turn_detector = self.reused
-        closes = self.previous_activity == sc.CLOSE
         attributes = record.attributes
-        attributes[sc.PREVIOUS_ACTIVITY] = self.previous_activity
-        attributes[sc.NEW_ACTIVITY] = self.new_activity
+        attributes.update(_modes(self.previous_activity, self.new_activity))
         attributes[sc.STT_REUSED] = stt
         attributes[sc.REALTIME_SESSION_REUSED] = realtime_session
         attributes[sc.TURN_DETECTOR_REUSED] = turn_detector
-        attributes[sc.QUEUE_WAIT_DURATION] = 0.0
-        attributes[sc.LOCK_WAIT_DURATION] = 0.0
-        attributes[sc.DRAIN_DURATION if closes else sc.PAUSE_DURATION] = 0.0
-        if closes:
-            attributes[sc.CLOSE_DURATION] = 0.0
-        attributes[sc.START_DURATION if self.new_activity == sc.START else sc.RESUME_DURATION] = 0.0
         attributes.update(self._reuse_blockers())
 
     def _reuse_blockers(self) -> dict[str, list[str]]:

@@ -78,6 +78,9 @@ class LiveKitTelemetry(HandoffTelemetry):
             return value
 
 
+_LOCK_ACQUIRE = asyncio.Lock.acquire
+
+
 class TimedLock(asyncio.Lock):
     """An ``asyncio.Lock`` that reports how long a handoff waited for it.
 
@@ -91,11 +94,11 @@ class TimedLock(asyncio.Lock):
         self._otel_handoff_kind = kind
 
     def acquire(self) -> Coroutine[Any, Any, bool]:
-        if not (self.locked() or self._waiters):
-            return super().acquire()
+        if not (self._locked or self._waiters):  # asyncio.Lock's own state, as its locked() reads it
+            return _LOCK_ACQUIRE(self)
         handoff = CURRENT_HANDOFF.get()
         if handoff is None or handoff.ended:
-            return super().acquire()
+            return _LOCK_ACQUIRE(self)
         return self._timed_acquire(handoff)
 
     async def _timed_acquire(self, handoff: LiveKitHandoff) -> bool:
@@ -336,12 +339,13 @@ async def run_phase(
 
 def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """Time the new agent's on_enter from its task's first step, inside that task."""
+    if kwargs.get("name") != ON_ENTER_TASK_NAME:  # most speech tasks: nothing to look up
+        return wrapped(*args, **kwargs)
     handoff = CURRENT_HANDOFF.get()
     if (
         handoff is None
         or handoff.ended
         or sc.START not in handoff.started_phases
-        or kwargs.get("name") != ON_ENTER_TASK_NAME
         or (not args and "coro" not in kwargs)
     ):
         return wrapped(*args, **kwargs)
