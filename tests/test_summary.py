@@ -783,3 +783,21 @@ def test_summary_shows_every_phase_span_of_each_demo(
     shown = {pair: set(p["phases"]) for pair, p in by_pair(summary_json(capsys, export)).items()}
     for pair, phases in expected.items():
         assert phases <= shown[pair], (pair, phases - shown[pair])
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(
+    demo_file: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`otel-handoff summary FILE | head -1` once head has gone: exit 1, no traceback, and nothing
+    more written to the closed pipe (Python would say so when it flushes at exit)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader went away
+    stdout = io.TextIOWrapper(io.FileIO(write_end, "w"), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    try:
+        assert main(["summary", str(demo_file)]) == 1
+        stdout.write("what Python flushes at exit\n")
+        stdout.flush()  # goes nowhere now, without an error
+    finally:
+        stdout.close()
+    assert "Traceback" not in capsys.readouterr().err

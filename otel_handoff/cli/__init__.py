@@ -112,8 +112,10 @@ def _demo(args: argparse.Namespace) -> int:
     except DemoSetupError as exc:
         print(f"otel-handoff demo: {exc}", file=sys.stderr)
         return 2
-    print(render_handoffs(result.spans, color=_use_color(), labels=result.labels), end="")
-    note = result.shutdown()
+    try:
+        print(render_handoffs(result.spans, color=_use_color(), labels=result.labels), end="")
+    finally:  # whatever happens to the output, the spans still go where they were sent
+        note = result.shutdown()
     if note:
         print(note)
     return 0
@@ -131,6 +133,18 @@ def _summary(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``otel-handoff`` console script and ``python -m otel_handoff``."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # now, not at exit, so that a reader gone away is caught here
+        return code
+    except BrokenPipeError:
+        # the reader went away (`otel-handoff summary FILE | head`): no traceback, and nothing more
+        # written to the closed pipe when Python flushes at exit (the recipe of Python's docs)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if args.command == "demo":
