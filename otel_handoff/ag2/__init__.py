@@ -27,10 +27,9 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.utils import unwrap
 
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, resolve
+from ..core.instrumentor import HandoffInstrumentor, resolve, unwrap_each
 from ..core.metrics import HandoffMetrics
 from . import _features, _wrappers, package
 from ._chat import GroupChatTelemetry
@@ -213,8 +212,7 @@ class AG2HandoffInstrumentor(HandoffInstrumentor):
                     manager.replace_reply_func(wrapper, original)
         if cls._network is not None:
             cls._network.detach_all()  # no hub is observed any more
-            for owner, hook in cls._network.lazily_wrapped:
-                unwrap(owner, hook)
+            unwrap_each(cls._network.lazily_wrapped)
         self.unwrap_all()
         cls._telemetry = None
         cls._network = None

@@ -48,11 +48,11 @@ from ag2.network.hub.core import Hub
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.conversation import Conversation
 from ..core.faults import guard, report
+from ..core.instrumentor import wrap_where_defined
 from ..core.spans import HandoffTelemetry
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
@@ -97,10 +97,10 @@ class NetworkTelemetry(HandoffTelemetry):
             return
         self.hubs[hub] = HubTracker(self, hub)
         for hook in HUB_HOOKS:  # a subclass's own override of a hook is observed too
-            owner = next(c for c in type(hub).__mro__ if hook in vars(c))
-            if owner is not Hub and not isinstance(vars(owner)[hook], FunctionWrapper):
-                wrap_function_wrapper(owner, hook, functools.partial(wrap_hub_hook, self, hook))
-                self.lazily_wrapped.append((owner, hook))
+            wrapper = functools.partial(wrap_hub_hook, self, hook)
+            wrap_where_defined(
+                type(hub), hook, lambda _original, w=wrapper: w, self.lazily_wrapped, unless=Hub
+            )
 
     def detach_all(self) -> None:
         """uninstrument(): no hub is observed any more, every open channel's spans ended."""

@@ -141,6 +141,35 @@ def _unwrap(wrapped: Any) -> None:
             delattr(owner, attr)  # was inherited: drop our override rather than pin a copy
 
 
+def wrap_where_defined(
+    cls: type,
+    name: str,
+    make_wrapper: Any,
+    wrapped: list[tuple[type, str]],
+    *,
+    unless: type | None = None,
+) -> None:
+    """Wrap method ``name`` of ``cls`` on the class of its MRO that defines it, once; note it.
+
+    For classes only known at run time (a plugin's realtime session, a hub subclass, an app's
+    realtime model): ``make_wrapper(original)`` gives the wrapper; nothing happens when we wrapped
+    it there already or it is defined on ``unless`` (wrapped by ``wrap_all`` already). Another
+    instrumentation's wrapper is wrapped in turn. :func:`unwrap_each` undoes what ``wrapped`` noted.
+    """
+    owner = next((c for c in cls.__mro__ if name in vars(c)), None)
+    if owner is None or owner is unless or (owner, name) in wrapped:
+        return
+    wrap_function_wrapper(owner, name, make_wrapper(vars(owner)[name]))
+    wrapped.append((owner, name))
+
+
+def unwrap_each(wrapped: list[tuple[type, str]]) -> None:
+    """Undo every :func:`wrap_where_defined` noted in ``wrapped``."""
+    for owner, name in wrapped:
+        unwrap(owner, name)
+    wrapped.clear()
+
+
 def missing_wrap_points(points: list[WrapPoint]) -> list[str]:
     """Wrap points this release does not have: then none of them is wrapped (all or nothing)."""
     missing = []

@@ -19,10 +19,8 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.utils import unwrap
-
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor
+from ..core.instrumentor import HandoffInstrumentor, unwrap_each
 from . import _features, _wrappers
 from .package import NEWEST_TESTED, TESTED, _instruments
 
@@ -143,6 +141,5 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
             logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
             self._rejection_log = None
         if type(self)._telemetry is not None:
-            for cls, method in type(self)._telemetry.lazily_wrapped:
-                unwrap(cls, method)
+            unwrap_each(type(self)._telemetry.lazily_wrapped)
             type(self)._telemetry = None

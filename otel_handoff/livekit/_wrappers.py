@@ -20,10 +20,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from wrapt import FunctionWrapper, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.faults import guard, report
+from ..core.instrumentor import wrap_where_defined
 from ..core.spans import HandoffTelemetry
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
@@ -398,13 +398,15 @@ def _watch_realtime_updates(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff
     """Patch the session's class on first sight (plugins override the update methods)."""
     handoff.realtime_session = weakref.ref(rt_session)
     for method, kind in sc.REALTIME_UPDATE_METHODS.items():
-        owner = next((c for c in type(rt_session).__mro__ if method in c.__dict__), None)
-        if owner is None or isinstance(owner.__dict__[method], FunctionWrapper):
-            continue
-        original = owner.__dict__[method]
-        wrapper = _timed_async_update if inspect.iscoroutinefunction(original) else _timed_sync_update
-        wrap_function_wrapper(owner, method, functools.partial(wrapper, kind))
-        telemetry.lazily_wrapped.append((owner, method))
+        wrap_where_defined(
+            type(rt_session), method, functools.partial(_timed_update, kind), telemetry.lazily_wrapped
+        )
+
+
+def _timed_update(kind: str, original: Any) -> Any:
+    """The wrapper of one update method, as async as the method it wraps."""
+    wrapper = _timed_async_update if inspect.iscoroutinefunction(original) else _timed_sync_update
+    return functools.partial(wrapper, kind)
 
 
 def _updating_handoff(instance: Any) -> LiveKitHandoff | None:

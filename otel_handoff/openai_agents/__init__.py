@@ -26,15 +26,12 @@ import functools
 import importlib
 import importlib.util
 import inspect
-import weakref
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.utils import unwrap
-
 from ..core import schema as sc
 from ..core.faults import guard
-from ..core.instrumentor import HandoffInstrumentor
+from ..core.instrumentor import HandoffInstrumentor, unwrap_each
 from .package import NEWEST_TESTED, TESTED, _instruments
 
 __all__ = ["OpenAIAgentsHandoffInstrumentor"]
@@ -153,7 +150,6 @@ class OpenAIAgentsHandoffInstrumentor(HandoffInstrumentor):
             metrics,
             self.static_attributes(sc.FRAMEWORK_OPENAI_AGENTS, installed),
             default_hooks=(RunHooksBase.on_handoff, AgentHooksBase.on_handoff),
-            sessions=weakref.WeakKeyDictionary(),
         )
         if self.wrap_all(
             _wrap_points(telemetry),
@@ -173,11 +169,6 @@ class OpenAIAgentsHandoffInstrumentor(HandoffInstrumentor):
             for state in list(telemetry.sessions.values()):
                 guard("uninstrument()", state.close)
             telemetry.sessions.clear()
-            for model_class, own in telemetry.model_classes:
-                if own:
-                    unwrap(model_class, "send_event")
-                else:
-                    delattr(model_class, "send_event")
-            telemetry.model_classes.clear()
+            unwrap_each(telemetry.lazily_wrapped)
         self.unwrap_all()
         cls._telemetry = None

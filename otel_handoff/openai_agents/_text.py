@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from contextlib import aclosing
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -37,8 +38,10 @@ class AgentsTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
     default_hooks: tuple[Any, Any] = (None, None)  # RunHooksBase.on_handoff, AgentHooksBase.on_handoff
-    sessions: Any = None  # realtime: WeakKeyDictionary[RealtimeSession, SessionState]
-    model_classes: list[tuple[type, bool]] = field(default_factory=list)  # realtime send_event wrapped
+    # realtime sessions opened while instrumented -> what we observe of each
+    sessions: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
+    # (realtime model class, "send_event") wrapped on first sight; undone by uninstrument()
+    lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
 
 
 def conversation_id(kwargs: dict[str, Any]) -> str | None:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from ..core.faults import report
+from ..core.instrumentor import wrap_where_defined
 from . import _realtime, _text
 from ._text import RUN, AgentsTelemetry, TextRun
 
@@ -117,20 +118,15 @@ def wrap_session_init(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, a
     if telemetry.enabled:
         try:
             telemetry.sessions[instance] = _realtime.SessionState(telemetry, instance)
-            _observe_sends(telemetry, type(instance._model))
+            # the session's model class's send_event, where it is defined (undone at uninstrument())
+            wrap_where_defined(
+                type(instance._model),
+                "send_event",
+                lambda _original: wrap_send_event,
+                telemetry.lazily_wrapped,
+            )
         except Exception as exc:
             report("RealtimeSession.__init__", exc)
-
-
-def _observe_sends(telemetry: AgentsTelemetry, model_class: type) -> None:
-    """Wrap ``send_event`` of a realtime model class, once (undone at ``uninstrument()``)."""
-    if any(model_class is done for done, _own in telemetry.model_classes):
-        return
-    from wrapt import wrap_function_wrapper
-
-    own = "send_event" in vars(model_class)
-    wrap_function_wrapper(model_class, "send_event", wrap_send_event)
-    telemetry.model_classes.append((model_class, own))
 
 
 async def wrap_send_event(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
