@@ -405,6 +405,16 @@ async def test_realtime_handoff_with_the_scripted_model(traced: Spans) -> None:
     assert_back_to_back([named[sc.SPAN_ON_HANDOFF], named[sc.SPAN_SETTINGS], named[sc.SPAN_RESPONSE_DRAIN]])
 
 
+async def test_a_send_through_an_overriding_models_super_counts_once(traced: Spans) -> None:
+    """The base model's send_event wrapped too (a session used it), the subclass's calls super()."""
+    plain = await oa.RealtimeRunner(oa.realtime_agents(), model=oa.ScriptedRealtimeModel(strict=False)).run()
+    async with plain:
+        pass
+    await oa.run_scripted_realtime(oa.LatentRealtimeModel(audio_delay=0.0), oa.realtime_agents())
+    [handoff] = traced.handoffs()
+    assert list(phases(traced, handoff)) == REALTIME_PHASES
+
+
 async def test_realtime_session_closed_before_the_new_agent_speaks(
     traced: Spans, open_spans: OpenSpans
 ) -> None:

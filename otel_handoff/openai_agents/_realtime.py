@@ -71,8 +71,12 @@ class ToolCall:
             return
         name = type(event).__name__
         if name == "RealtimeModelSendSessionUpdate":
-            self.update_sent_ns = now
-        elif name == "RealtimeModelSendToolOutput" and getattr(event, "start_response", False):
+            self.update_sent_ns = self.update_sent_ns or now
+        elif (
+            name == "RealtimeModelSendToolOutput"
+            and getattr(event, "start_response", False)
+            and not self.output_sent_ns  # the same send again, through an override's super()
+        ):
             self.output_sent_ns = now
             state = self.state
             self.old_response = state.running
