@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import wrapt
+from agents.tracing import get_current_trace  # imported only where the SDK is installed
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -56,8 +57,6 @@ def conversation_id(kwargs: dict[str, Any]) -> str | None:
 
 def sdk_trace_id() -> str | None:
     """The SDK's own trace id (``trace_…``), so the run can be found in the SDK's traces too."""
-    from agents.tracing import get_current_trace
-
     current = get_current_trace()
     value = getattr(current, "trace_id", None)
     return value if isinstance(value, str) and value.startswith("trace_") else None
