@@ -90,11 +90,17 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             return  # not installed, or a pipecat-ai before Flows moved in: nothing to trace
         from importlib.metadata import version
 
+        from ._observer import observers_join_running_pipelines
         from ._transition import FlowsTelemetry
 
         installed = version("pipecat-ai")
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = FlowsTelemetry(tracer, metrics, self.static_attributes(sc.FRAMEWORK_PIPECAT, installed))
+        telemetry = FlowsTelemetry(
+            tracer,
+            metrics,
+            self.static_attributes(sc.FRAMEWORK_PIPECAT, installed),
+            observer_on_demand=observers_join_running_pipelines(),
+        )
         if self.wrap_all(
             _wrap_points(telemetry),
             release="pipecat-ai",

@@ -10,7 +10,6 @@ release that cannot (1.5: only if another observer is already there), it stays f
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import time
@@ -51,7 +50,6 @@ class _FirstSpeech(BaseObserver):
             guard("first speech", state.first_speech, time.time_ns())
 
 
-@functools.cache
 def observers_join_running_pipelines() -> bool:
     """Does Pipecat give an observer added to a running pipeline its proxy (whatever else is there)?"""
     from pipecat.pipeline.worker_observer import WorkerObserver
@@ -69,7 +67,7 @@ class WorkerWatch:
     def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
         self._worker = weakref.ref(worker)
         self._observer = _FirstSpeech(telemetry, state)
-        self._on_demand = observers_join_running_pipelines()
+        self._on_demand = telemetry.observer_on_demand
         self._attached = False
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()

@@ -47,6 +47,8 @@ class FlowsTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
     flows: weakref.WeakKeyDictionary[Any, FlowState] = field(default_factory=weakref.WeakKeyDictionary)
+    # Pipecat gives an observer added to a running pipeline its proxy (1.7+): ours only while needed
+    observer_on_demand: bool = False
 
     def state(self, flow_manager: Any) -> FlowState:
         state = self.flows.get(flow_manager)
