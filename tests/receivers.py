@@ -65,6 +65,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port held bound but not listening: connecting is refused, and no other process
+    (a collector started by another test) can take it meanwhile, as a guessed free port allows."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
+
+
 def wait_until(check: Callable[[], T | None], what: str, timeout: float = 20.0, every: float = 0.05) -> T:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout

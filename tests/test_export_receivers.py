@@ -29,8 +29,8 @@ from receivers import (
     check_handoff_tree,
     check_intact,
     clean_env,
-    free_port,
     project_name,
+    refused_port,
     run_demo,
     shared_phoenix,
     wait_until,
@@ -118,12 +118,13 @@ def test_demo_through_rotel_to_phoenix(phoenix: Phoenix, tmp_path: Path) -> None
 
 
 def test_demo_with_unreachable_endpoint_completes_every_handoff(tmp_path: Path, baseline: DemoRun) -> None:
-    run = run_demo(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",  # nothing listens there
-        OTEL_BSP_SCHEDULE_DELAY="1",  # export while the handoffs run, not only at exit
-        OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
-    )
+    with refused_port() as port:  # nothing listens there, nor can anything start to
+        run = run_demo(
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_BSP_SCHEDULE_DELAY="1",  # export while the handoffs run, not only at exit
+            OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
+        )
     handoffs = run.handoffs()
     assert len(handoffs) == len(baseline.handoffs())
     assert all(h["attributes"][sc.OUTCOME] == sc.OUTCOME_COMPLETED for h in handoffs)
@@ -137,12 +138,13 @@ def export_warnings(stderr: str) -> list[str]:
 
 
 def test_demo_with_unreachable_endpoint_warns_once(tmp_path: Path) -> None:
-    run = run_demo(
-        tmp_path,
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{free_port()}",
-        OTEL_BSP_SCHEDULE_DELAY="1",
-        OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
-    )
+    with refused_port() as port:
+        run = run_demo(
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_BSP_SCHEDULE_DELAY="1",
+            OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
+        )
     assert len(export_warnings(run.stderr)) == 1, run.stderr
 
 
