@@ -4,6 +4,8 @@
 #   Arize Phoenix (a trace backend)     -> into its own venv, $PHOENIX_VENV
 #   chromium (headless, for the UI test), prometheus (the dashboard's queries), unshare, ip -> apt-get
 #   playwright (python driver only)      -> into the test venv; it drives /usr/bin/chromium
+#   Jaeger v2 and our collector (ocb)    -> built with Go from the module proxy into $GO_RECEIVERS
+#                                           (one folder per pinned version), linked into the test venv
 # The tests find Phoenix through OTEL_HANDOFF_PHOENIX, which defaults to $PHOENIX_VENV/bin/phoenix.
 # Usage: .ci/install-receivers.sh [TEST_VENV_DIR]
 set -euo pipefail
@@ -12,6 +14,10 @@ ROTEL_VERSION="0.0.1a15"
 PHOENIX_VERSION="20.26.1"
 PLAYWRIGHT_VERSION="1.65.2"
 PHOENIX_VENV="${PHOENIX_VENV:-$HOME/.cache/otel-handoff/phoenix-venv}"
+JAEGER_MODULE_VERSION="v1.76.0"  # .ci/go/jaeger/go.mod pins it and its dependencies
+JAEGER_VERSION="v2.13.0"         # what that module version is released as
+OCB_VERSION="v0.140.0"           # the collector release Jaeger v1.76.0 is built on
+GO_RECEIVERS="${GO_RECEIVERS:-$HOME/.cache/otel-handoff/go-receivers}"
 
 if [[ $# -ge 1 && -n "$1" ]]; then
   PY="$1/bin/python"
@@ -71,8 +77,38 @@ else
   installed+=("playwright $PLAYWRIGHT_VERSION")
 fi
 
+# Jaeger v2 and the collector that runs collector-config/otelcol-*.yaml, built with Go. Each goes
+# in a folder named by its version and a hash of the files that pin it, so a second run reuses it.
+CI_GO="$(cd "$(dirname "$0")" && pwd)/go"
+go_build() { # name folder command... -> builds once into folder/name, says how long it took
+  local name="$1" folder="$2"; shift 2
+  if [[ -x "$folder/$name" ]]; then
+    installed+=("$name at $folder (already built)")
+    return
+  fi
+  command -v go >/dev/null 2>&1 || { echo "install-receivers: Go is needed to build $name (https://go.dev/dl)" >&2; exit 1; }
+  local started=$SECONDS
+  rm -rf "$folder.partial" && mkdir -p "$folder.partial"
+  ( cd "$folder.partial" && "$@" ) || { echo "install-receivers: building $name failed" >&2; exit 1; }
+  rm -rf "$folder" && mv "$folder.partial" "$folder"
+  installed+=("$name at $folder (built in $((SECONDS - started)) s, $(du -sh "$folder/$name" | cut -f1))")
+}
+pin_hash() { cat "$@" | sha256sum | cut -c1-12; }
+export GOTOOLCHAIN=local GOFLAGS=-mod=readonly
+JAEGER_DIR="$GO_RECEIVERS/jaeger-$JAEGER_MODULE_VERSION-$(pin_hash "$CI_GO/jaeger/go.mod" "$CI_GO/jaeger/go.sum")"
+go_build jaeger "$JAEGER_DIR" sh -c "cd '$CI_GO/jaeger' && go build -trimpath -ldflags '-X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION' -o '$JAEGER_DIR.partial/jaeger' github.com/jaegertracing/jaeger/cmd/jaeger"
+OTELCOL_DIR="$GO_RECEIVERS/otelcol-handoff-$OCB_VERSION-$(pin_hash "$CI_GO/otelcol-builder.yaml")"
+go_build otelcol-handoff "$OTELCOL_DIR" sh -c "GOFLAGS= GOBIN='$GO_RECEIVERS/bin' go install 'go.opentelemetry.io/collector/cmd/builder@$OCB_VERSION' \
+  && { GOFLAGS= '$GO_RECEIVERS/bin/builder' --config '$CI_GO/otelcol-builder.yaml' >builder.log 2>&1 || { tail -n 30 builder.log; false; }; } \
+  && mv build/otelcol-handoff . && rm -rf build builder.log"
+VENV_BIN="$(dirname "$PY")"
+ln -sf "$JAEGER_DIR/jaeger" "$VENV_BIN/jaeger"
+ln -sf "$OTELCOL_DIR/otelcol-handoff" "$VENV_BIN/otelcol-handoff"
+
 echo "install-receivers:"
 printf '  %s\n' "${installed[@]}"
 echo "  chromium: $(chromium --version 2>/dev/null || echo '?')"
 echo "  prometheus: $(prometheus --version 2>&1 | head -n 1 || echo '?')"
+echo "  jaeger: $("$VENV_BIN/jaeger" version 2>/dev/null | tail -n 1 | cut -c1-80) ($JAEGER_MODULE_VERSION)"
+echo "  otelcol-handoff: $("$VENV_BIN/otelcol-handoff" --version 2>/dev/null || echo '?')"
 echo "  OTEL_HANDOFF_PHOENIX=${OTEL_HANDOFF_PHOENIX:-$PHOENIX_VENV/bin/phoenix}"

@@ -5,8 +5,8 @@ log, Phoenix's REST API) and stopped by PID; ``run_demo`` and the ``check_*`` he
 offline demo against them and compare what arrived with what the demo sent.
 
 Phoenix always binds its gRPC port on ``[::]``, so it runs in a network namespace of its own
-(``unshare -n``, only ``lo`` up) and a small relay (``python receivers.py relay``) forwards
-loopback ports here to it: nothing listens beyond 127.0.0.1. Installed by
+(``unshare -n``, only ``lo`` up) and a relay (:mod:`netns`) forwards loopback ports here to it:
+nothing listens beyond 127.0.0.1. Installed by
 ``.ci/install-receivers.sh``; missing ones skip the tests locally and fail them in CI.
 """
 
@@ -19,7 +19,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -33,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import netns
 import pytest
+from netns import stop
 
 from otel_handoff.cli import otlp_json
 from otel_handoff.core import schema as sc
@@ -92,42 +93,40 @@ def listening(port: int) -> bool:
     return False
 
 
-def stop(process: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
-    """Stop one process we started, by its PID: SIGTERM, then SIGKILL after ``timeout``."""
-    if process is None or process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(process.pid, signal.SIGKILL)
-        process.wait(timeout)
-
-
 # --- spans from an OTLP JSON Lines file (`otel-handoff demo --export FILE`) --------------------
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
+
+
+def otlp_span(span: Any) -> Span:
+    """A span of an OTLP protobuf message, with its links (span ids) and times (ns)."""
+    return {
+        "trace_id": span.trace_id.hex(),
+        "span_id": span.span_id.hex(),
+        "parent_id": span.parent_span_id.hex() or None,
+        "name": span.name,
+        "status": _STATUS[span.status.code],
+        "attributes": {a.key: otlp_json.any_value(a.value) for a in span.attributes},
+        "links": sorted(link.span_id.hex() for link in span.links),
+        "start_ns": span.start_time_unix_nano,
+        "end_ns": span.end_time_unix_nano,
+    }
+
+
+def request_spans(request: Any) -> list[Span]:
+    """Every span of an ``ExportTraceServiceRequest``."""
+    return [
+        otlp_span(span)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    ]
 
 
 def read_otlp_json(path: Path) -> list[Span]:
     """Spans of an OTLP JSON Lines file, read with json_format (otel_handoff's one OTLP/JSON reader)."""
     spans: list[Span] = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        request = otlp_json.parse_request(json.loads(line))
-        for resource_spans in request.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    spans.append(
-                        {
-                            "trace_id": span.trace_id.hex(),
-                            "span_id": span.span_id.hex(),
-                            "parent_id": span.parent_span_id.hex() or None,
-                            "name": span.name,
-                            "status": _STATUS[span.status.code],
-                            "attributes": {a.key: otlp_json.any_value(a.value) for a in span.attributes},
-                        }
-                    )
+        spans.extend(request_spans(otlp_json.parse_request(json.loads(line))))
     return spans
 
 
@@ -354,19 +353,8 @@ class Phoenix:
             return process.poll() is not None
 
         wait_until(isolated, "Phoenix's network namespace", timeout=10, every=0.01)
-        relay = subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "relay",
-                str(process.pid),
-                f"0:{_PHOENIX_HTTP}",  # port 0: the relay binds, then says which ports it got
-                f"0:{_PHOENIX_GRPC}",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
+        # port 0: the relay binds, then says which ports it got
+        relay = netns.relay(process.pid, [f"0:{_PHOENIX_HTTP}", f"0:{_PHOENIX_GRPC}"])
         phoenix = cls(process, relay, 0, 0, log)
         try:
             assert relay.stdout is not None
@@ -498,12 +486,12 @@ class DemoRun:
         return [s for s in self.exported if s["name"] == sc.SPAN_HANDOFF]
 
 
-def run_demo(workdir: Path, **env: str) -> DemoRun:
-    """``otel-handoff demo --export FILE`` with ``env`` added to a clean environment."""
+def run_demo(workdir: Path, framework: str = "livekit", **env: str) -> DemoRun:
+    """``otel-handoff demo --framework F --export FILE`` with ``env`` added to a clean environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     export = workdir / f"demo-{next(_runs)}.jsonl"
     result = subprocess.run(
-        [sys.executable, "-m", "otel_handoff", "demo", "--export", str(export)],
+        [sys.executable, "-m", "otel_handoff", "demo", "--framework", framework, "--export", str(export)],
         env=clean_env(**env),
         capture_output=True,
         text=True,
@@ -576,76 +564,3 @@ def check_intact(expected: list[Span], received: list[Span]) -> None:
             assert got["attributes"] == span["attributes"], span["name"]
             assert got["status"] == span["status"], span["name"]
     check_handoff_tree([by_id[s["span_id"]] for s in expected])
-
-
-# --- the relay into Phoenix's network namespace (run as `python receivers.py relay ...`) -------
-def _enter_network_namespace(pid: int) -> None:
-    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-    try:
-        if hasattr(os, "setns"):  # Python 3.12+
-            os.setns(fd, os.CLONE_NEWNET)
-            return
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
-            errno = ctypes.get_errno()
-            raise OSError(errno, os.strerror(errno))
-    finally:
-        os.close(fd)
-
-
-def _relay_main(pid: int, mappings: list[str]) -> None:
-    """Listen on 127.0.0.1 here, then enter ``pid``'s network namespace and connect there.
-
-    Listening sockets stay in the namespace they were created in, so one process bridges the
-    two: accept here, connect to 127.0.0.1:TARGET inside Phoenix's namespace.
-    """
-    import asyncio
-
-    listeners = []
-    for mapping in mappings:
-        port, target = (int(p) for p in mapping.split(":"))
-        sock = socket.socket()
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(64)
-        listeners.append((sock, target))
-    _enter_network_namespace(pid)
-
-    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(OSError, asyncio.IncompleteReadError):
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        with contextlib.suppress(OSError):
-            writer.write_eof()
-
-    def handler(target: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Any]:
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            try:
-                up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target)
-            except OSError:
-                writer.close()
-                return
-            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-            for w in (writer, up_writer):
-                w.close()
-
-        return handle
-
-    async def main() -> None:
-        servers = [await asyncio.start_server(handler(target), sock=sock) for sock, target in listeners]
-        ports = " ".join(str(sock.getsockname()[1]) for sock, _ in listeners)
-        print(f"relay ready {ports}", flush=True)
-        await asyncio.gather(*(server.serve_forever() for server in servers))
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    asyncio.run(main())
-
-
-if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "relay":
-        _relay_main(int(sys.argv[2]), sys.argv[3:])
-    else:
-        sys.exit("usage: receivers.py relay PID HOSTPORT:TARGETPORT...")

@@ -262,124 +262,6 @@ REUSE_LABELS = (
 )
 
 
-def _livekit_handoffs() -> None:
-    """Two completed handoffs, and one the closing session skips."""
-    import asyncio
-
-    from livekit.agents import AgentSession
-    from lk_agents import Billing, Support
-
-    from otel_handoff.cli.offline.livekit import ScriptedLLM
-
-    async def run() -> None:
-        session = AgentSession(llm=ScriptedLLM())
-        await session.start(agent=Billing())
-        try:
-            for agent in (Support(), Billing()):
-                session.update_agent(agent)
-                await asyncio.wait_for(agent.entered.wait(), 10)
-        finally:
-            session.update_agent(Support())  # the session closes before it lands: skipped
-            await session.aclose()
-
-    asyncio.run(run())
-
-
-def _ag2_handoffs() -> None:
-    """A workflow channel's handoffs, and a classic group chat whose selector fails: an error."""
-    import asyncio
-
-    from ag2_chats import run_chat
-    from autogen.agentchat import groupchat
-
-    from otel_handoff.cli.offline import ag2_network
-    from otel_handoff.cli.offline.ag2_classic import build_support_chat
-
-    async def run() -> None:
-        hub, recorder = await ag2_network.open_hub()
-        try:
-            await ag2_network.run_channel(hub, recorder, ag2_network.ping_pong(max_turns=3))
-        finally:
-            await hub.close()
-
-    asyncio.run(run())
-    select_speaker, calls = groupchat.GroupChat.select_speaker, [0]
-
-    def failing(self: Any, *args: Any, **kwargs: Any) -> Any:
-        calls[0] += 1
-        if calls[0] == 3:  # right after a transfer was decided
-            raise RuntimeError("selector down")
-        return select_speaker(self, *args, **kwargs)
-
-    groupchat.GroupChat.select_speaker = failing
-    try:
-        with pytest.raises(RuntimeError, match="selector down"):
-            run_chat(build_support_chat())
-    finally:
-        groupchat.GroupChat.select_speaker = select_speaker
-
-
-def _pipecat_handoffs() -> None:
-    """A transition, and one Flows never runs (a slower function call beside it): skipped."""
-    import asyncio
-
-    from pipecat.flows import FlowsFunctionSchema
-
-    from otel_handoff.cli import demo_pipecat
-
-    pf = demo_pipecat.pf
-    asyncio.run(
-        pf.run_flow(
-            demo_pipecat._greeting(),
-            ["Hello.", [("go_to_booking", {})], "Booked."],
-            [pf.user_says("book")],
-            until=lambda fm: fm.current_node == "booking" and not fm._llm.replies,
-        )
-    )
-
-    async def slow(args: dict[str, Any], flow_manager: Any) -> Any:
-        await asyncio.sleep(0.1)  # the work of a slow lookup: what the transition waits behind
-        return {"status": "ok"}
-
-    greeting = demo_pipecat._greeting()
-    greeting["functions"].append(
-        FlowsFunctionSchema(name="lookup", description="", properties={}, required=[], handler=slow)
-    )
-    asyncio.run(
-        pf.run_flow(
-            greeting,
-            ["Hello.", [("go_to_booking", {}), ("lookup", {})], "Done."],
-            [pf.user_says("book")],
-            until=lambda fm: not fm._llm.replies,
-        )
-    )
-
-
-def _openai_agents_handoffs() -> None:
-    """A chain of two, one rejected (two asked for at once), one failed (a raising on_handoff)."""
-    import asyncio
-
-    from otel_handoff.cli.offline import openai_agents as oa
-
-    oa.quiet_sdk_tracing()
-
-    async def run() -> None:
-        await oa.run_text(oa.TextScenario(chain=True))
-        await oa.run_text(oa.TextScenario(several=True))
-        with pytest.raises(LookupError):
-            await oa.run_text(oa.TextScenario(raising_on_handoff=True))
-
-    asyncio.run(run())
-
-
-FRAMEWORK_RUNS = {
-    "livekit-agents": _livekit_handoffs,
-    "ag2": _ag2_handoffs,
-    "pipecat-flows": _pipecat_handoffs,
-    "openai-agents": _openai_agents_handoffs,
-}
-
-
 def _query(url: str, expr: str) -> list[dict[str, Any]]:
     import urllib.parse
     import urllib.request
@@ -404,6 +286,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
     import shutil
     import subprocess
 
+    from framework_runs import FRAMEWORK_RUNS
     from receivers import free_port, missing, stop, wait_until
 
     binary = shutil.which("prometheus")
