@@ -91,6 +91,8 @@ go_build() { # name folder command... -> builds once into folder/name, says how 
   rm -rf "$folder.partial" && mkdir -p "$folder.partial"
   ( cd "$folder.partial" && "$@" ) || { echo "install-receivers: building $name failed" >&2; exit 1; }
   rm -rf "$folder" && mv "$folder.partial" "$folder"
+  # older builds of the same receiver: gone, so the cache holds one of each
+  find "$(dirname "$folder")" -maxdepth 1 -name "$name-*" ! -path "$folder" -exec rm -rf {} +
   installed+=("$name at $folder (built in $((SECONDS - started)) s, $(du -sh "$folder/$name" | cut -f1))")
 }
 pin_hash() { cat "$@" | sha256sum | cut -c1-12; }
