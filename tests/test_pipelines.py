@@ -10,6 +10,7 @@ receives what the collector sends there), ``otelcol-handoff`` (our ocb build) on
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
@@ -26,12 +27,13 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from receivers import Span, run_demo, wait_until
-from stack import CONFIG_DIR, NO_INTERNAL_TELEMETRY, Collector, Jaeger, namespace
+from stack import CONFIG_DIR, NO_INTERNAL_TELEMETRY, Collector, Jaeger, Prometheus, namespace
 from test_jaeger import as_spans, check_same_spans
 
 from otel_handoff.core import schema as sc
 
 TAIL_SAMPLING = CONFIG_DIR / "otelcol-tail-sampling.yaml"
+TAIL_SAMPLING_HANDOFFS = CONFIG_DIR / "otelcol-tail-sampling-handoffs.yaml"
 
 
 @dataclass
@@ -213,4 +215,255 @@ def test_tail_sampling_keeps_every_slow_and_failed_trace_whole(stack: Stack, ins
             f"({held / 480 / 1e3:.1f} kB each, {len(sent.expected) / 480:.1f} spans each)"
         )
     finally:
+        netns.stop(collector.process)
+
+
+# --- a long call that fails late: what decision_wait does to it --------------------------------------
+def long_call_failing_late(provider: TracerProvider, gap: float) -> None:
+    """A LiveKit voice call, one trace from start to end: a fast handoff at once, ``gap`` seconds of
+    conversation, then a handoff whose realtime session refuses the new agent's context (an ERROR
+    phase), then the call ends."""
+    from livekit.agents import AgentSession, llm
+    from lk_agents import Billing, Support
+
+    from otel_handoff.cli.offline.livekit import IdleRealtimeModel
+
+    async def call() -> None:
+        refused = llm.RealtimeError("provider refused the chat context")
+        model = IdleRealtimeModel(mutable=True)
+        session = AgentSession(llm=model)
+        await session.start(agent=Billing("You are A."))
+        try:
+            support = Support("You are B.")
+            session.update_agent(support)
+            await asyncio.wait_for(support.entered.wait(), 10)
+            await asyncio.sleep(gap)  # the call going on: the scenario's own time, not a wait for an event
+            model.update_errors["chat_ctx"] = refused
+            billing = Billing("You are C.")
+            session.update_agent(billing)
+            await asyncio.wait_for(session._update_activity_atask, 10)
+        finally:
+            await session.aclose()
+
+    with tracer_for_livekit(provider):
+        asyncio.run(call())
+
+
+@contextlib.contextmanager
+def tracer_for_livekit(provider: TracerProvider) -> Iterator[None]:
+    from conftest import PROVIDER
+    from livekit.agents.telemetry import set_tracer_provider
+
+    set_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        set_tracer_provider(PROVIDER)
+
+
+def sentinel_run(provider: TracerProvider) -> None:
+    """One failed OpenAI Agents SDK run after everything else: kept by the policies, so once it is in
+    Jaeger every earlier span's fate is settled (it arrived later and was decided later)."""
+    from otel_handoff.cli.offline import openai_agents as oa
+
+    oa.quiet_sdk_tracing()
+    with contextlib.suppress(LookupError):
+        asyncio.run(oa.run_text(oa.TextScenario(raising_on_handoff=True)))
+
+
+LATE_CASES = {  # id -> collector file, its decision_wait (None: as shipped), the call's quiet gap (s)
+    "shipped-30s": (TAIL_SAMPLING, None, 3.0),
+    "shipped-failure-after-decision_wait": (TAIL_SAMPLING, 2, 5.0),
+    "handoffs-always-failure-after-decision_wait": (TAIL_SAMPLING_HANDOFFS, 2, 5.0),
+}
+
+
+@pytest.mark.parametrize("case", list(LATE_CASES))
+def test_late_failure_in_a_long_call(stack: Stack, instrument: Any, case: str) -> None:
+    """One LiveKit call, one trace, failing ``gap`` seconds in. Within decision_wait the whole call is
+    kept; after it, the shipped file keeps all of it or none (the call's early decision, 10 %), and
+    otelcol-tail-sampling-handoffs.yaml keeps the failing handoff whatever was decided."""
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+
+    config, decision_wait, gap = LATE_CASES[case]
+    overrides = [f"--set=processors::tail_sampling::decision_wait={decision_wait}s"] if decision_wait else []
+    collector = stack.collector(config, *overrides)
+    try:
+        service = f"long-call-{uuid.uuid4().hex[:6]}"
+        provider = TracerProvider(resource=Resource.create({"service.name": service}))
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        exporter = OTLPSpanExporter(endpoint=collector.grpc_endpoint, insecure=True)
+        # spans leave as they end, as in a call of minutes (the SDK's default: every 5 s)
+        provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=100))
+        instrument(LiveKitHandoffInstrumentor, tracer_provider=provider)
+        instrument(OpenAIAgentsHandoffInstrumentor, tracer_provider=provider)
+        long_call_failing_late(provider, gap)
+        assert provider.force_flush(30_000)
+        call = as_spans(memory)
+        sentinel_run(provider)
+        assert provider.force_flush(30_000)
+        sentinel = [s for s in as_spans(memory) if s["span_id"] not in {c["span_id"] for c in call}]
+        provider.shutdown()
+        assert len({s["trace_id"] for s in call}) == 1, "a LiveKit call is one trace"
+        failed = [s for s in call if s["status"] == "ERROR"]
+        assert failed, "no ERROR span in the call"
+        handoff = next(s for s in call if s["span_id"] == failed[0]["parent_id"])
+        late = {handoff["span_id"]} | {s["span_id"] for s in call if s["parent_id"] == handoff["span_id"]}
+        ours = {s["span_id"] for s in call if s["name"].startswith(sc.SPAN_HANDOFF)}
+        everything = {s["span_id"] for s in call}
+
+        def settled() -> set[str] | None:
+            stored = {s["span_id"] for s in stack.jaeger.spans(service)}
+            return stored if {s["span_id"] for s in sentinel} <= stored else None
+
+        stored = wait_until(
+            settled, "the sentinel run in Jaeger", timeout=(decision_wait or 30) + 60, every=0.5
+        )
+        stored &= everything
+        print(f"\n{case}: {len(stored)}/{len(everything)} spans of the call kept")
+        if case == "shipped-30s":
+            assert stored == everything  # the failure came within decision_wait: the whole call
+        elif case == "shipped-failure-after-decision_wait":
+            assert stored in (everything, set()), "a call is kept whole or not at all"
+        else:
+            assert ours <= stored and late <= stored  # every handoff, the late failure included
+            assert stored in (everything, ours), "the rest of the call: whole or not at all"
+    finally:
+        netns.stop(collector.process)
+
+
+# --- the exemplar loop and Jaeger's Monitor tab -----------------------------------------------------
+def provisioned_datasources() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    folder = CONFIG_DIR / "grafana" / "provisioning" / "datasources"
+    return {d["uid"]: d for f in folder.glob("*.yaml") for d in yaml.safe_load(f.read_text())["datasources"]}
+
+
+def test_exemplars_lead_from_prometheus_to_traces_in_jaeger_and_spm_shows_handoffs(
+    stack: Stack, instrument: Any, privacy_scan: Any
+) -> None:
+    """Handoffs of every framework, spans and metrics over OTLP to otelcol-jaeger.yaml; the shipped
+    prometheus.yaml scrapes its exporter in OpenMetrics with exemplar storage on. Each exemplar on
+    the handoff duration histogram names a trace that the Jaeger Grafana's exemplar link points at
+    holds, at a handoff span; Jaeger's metrics API (the Monitor tab) has our handoff latencies."""
+    from urllib.parse import urlsplit
+
+    from framework_runs import FRAMEWORK_RUNS
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from otel_handoff.ag2 import AG2HandoffInstrumentor
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+    collector = stack.collector(CONFIG_DIR / "otelcol-jaeger.yaml")
+    prometheus = Prometheus.start(stack.space)
+    try:
+        service = f"exemplars-{uuid.uuid4().hex[:6]}"
+        resource = Resource.create({"service.name": service})
+        provider = TracerProvider(resource=resource)
+        memory = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(memory))
+        provider.add_span_processor(privacy_scan)
+        provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=collector.grpc_endpoint, insecure=True))
+        )
+        # the SDK's default interval (60 s): the SDK sends a point's exemplars once, and the collector's
+        # Prometheus exporter serves the latest point, so exports must not come faster than scrapes
+        reader = PeriodicExportingMetricReader(
+            OTLPMetricExporter(endpoint=collector.grpc_endpoint, insecure=True), export_interval_millis=60_000
+        )
+        meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+        for instrumentor in (
+            LiveKitHandoffInstrumentor,
+            AG2HandoffInstrumentor,
+            PipecatFlowsHandoffInstrumentor,
+            OpenAIAgentsHandoffInstrumentor,
+        ):
+            instrument(instrumentor, tracer_provider=provider, meter_provider=meter_provider)
+        started = time.time()
+        with tracer_for_livekit(provider):
+            for run in FRAMEWORK_RUNS.values():
+                run()
+        assert provider.force_flush(30_000) and meter_provider.force_flush(30_000)
+        handoffs = {s.context.span_id: s for s in memory.get_finished_spans() if s.name == sc.SPAN_HANDOFF}
+
+        # Grafana's exemplar link: the Prometheus data source's destination, at the URL provisioned
+        sources = provisioned_datasources()
+        (link,) = sources["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+        target = urlsplit(sources[link["datasourceUid"]]["url"])
+        (port,) = stack.space.expose(f"{target.hostname}:{target.port}")
+        linked = Jaeger(stack.jaeger.process, 0, 0, port, stack.jaeger.log)
+
+        query = f'agent_handoff_duration_seconds_bucket{{service_name="{service}"}}'
+
+        def exemplars() -> list[dict[str, Any]] | None:
+            found = [
+                e
+                for series in prometheus.exemplars(query, started - 60, time.time() + 60)
+                for e in series["exemplars"]
+            ]
+            return found or None
+
+        found = wait_until(exemplars, "exemplars on the handoff histogram in Prometheus", timeout=90, every=1)
+        frameworks = set()
+        for exemplar in found:
+            trace_id, span_id = exemplar["labels"]["trace_id"], exemplar["labels"]["span_id"]
+            in_jaeger = wait_until(
+                lambda t=trace_id: {s["span_id"]: s for s in linked.spans_v3(t)} or None,
+                f"trace {trace_id} in Jaeger",
+            )
+            assert in_jaeger[span_id]["name"] == sc.SPAN_HANDOFF
+            assert int(span_id, 16) in handoffs
+            assert float(exemplar["value"]) == pytest.approx(in_jaeger[span_id]["attributes"][sc.DURATION])
+            frameworks.add(in_jaeger[span_id]["attributes"][sc.FRAMEWORK])
+        assert frameworks, found
+
+        # the Monitor tab: span metrics from the collector's spanmetrics connector, via Prometheus. A
+        # latency is a quantile of a rate, so it takes the histogram growing between two scrapes:
+        # once Prometheus has the first round, a second round of handoffs
+        selector = f'service_name="{service}",span_name="agent_handoff"'
+        count = f"traces_span_metrics_duration_milliseconds_count{{{selector}}}"
+        wait_until(lambda: prometheus.query(count) or None, "span metrics in Prometheus", timeout=90, every=1)
+        with tracer_for_livekit(provider):
+            FRAMEWORK_RUNS["openai-agents"]()
+        assert provider.force_flush(30_000)
+
+        def latencies() -> dict[str, float] | None:
+            answer = stack.jaeger.get(
+                "/api/metrics/latencies",
+                service=service,
+                quantile=0.95,
+                spanKind="internal",
+                groupByOperation="true",
+                lookback=600_000,
+                step=5_000,
+                ratePer=600_000,
+            )
+            points = {}
+            for metric in answer["metrics"]:
+                labels = {label["name"]: label["value"] for label in metric["labels"]}
+                values = [
+                    float(p["gaugeValue"]["doubleValue"])  # a number, or "NaN" while a rate has one sample
+                    for p in metric["metricPoints"]
+                    if "doubleValue" in p["gaugeValue"]
+                ]
+                values = [v for v in values if not math.isnan(v)]
+                if values:
+                    points[labels.get("operation", "")] = values[-1]
+            return points if sc.SPAN_HANDOFF in points else None
+
+        spm = wait_until(latencies, "handoff latencies from Jaeger's metrics API", timeout=120, every=2)
+        assert spm[sc.SPAN_HANDOFF] > 0
+        p95 = spm[sc.SPAN_HANDOFF]
+        print(f"\nexemplars: {len(found)} ({sorted(frameworks)}); SPM p95 agent_handoff {p95:.1f} ms")
+        meter_provider.shutdown()
+        provider.shutdown()
+    finally:
+        netns.stop(prometheus.process)
         netns.stop(collector.process)
