@@ -89,10 +89,15 @@ go_build() { # name folder command... -> builds once into folder/name, says how 
   command -v go >/dev/null 2>&1 || { echo "install-receivers: Go is needed to build $name (https://go.dev/dl)" >&2; exit 1; }
   local started=$SECONDS
   rm -rf "$folder.partial" && mkdir -p "$folder.partial"
-  ( cd "$folder.partial" && "$@" ) || { echo "install-receivers: building $name failed" >&2; exit 1; }
+  if ! ( cd "$folder.partial" && "$@" ) >"$folder.log" 2>&1; then
+    tail -n 40 "$folder.log" >&2
+    echo "install-receivers: building $name failed (whole log: $folder.log)" >&2
+    exit 1
+  fi
+  rm -f "$folder.log"
   rm -rf "$folder" && mv "$folder.partial" "$folder"
   # older builds of the same receiver: gone, so the cache holds one of each
-  find "$(dirname "$folder")" -maxdepth 1 -name "$name-*" ! -path "$folder" -exec rm -rf {} +
+  find "$(dirname "$folder")" -maxdepth 1 -name "$name-*" ! -path "$folder" ! -path "$folder.*" -exec rm -rf {} +
   installed+=("$name at $folder (built in $((SECONDS - started)) s, $(du -sh "$folder/$name" | cut -f1))")
 }
 pin_hash() { cat "$@" | sha256sum | cut -c1-12; }
@@ -101,8 +106,8 @@ JAEGER_DIR="$GO_RECEIVERS/jaeger-$JAEGER_MODULE_VERSION-$(pin_hash "$CI_GO/jaege
 go_build jaeger "$JAEGER_DIR" sh -c "cd '$CI_GO/jaeger' && go build -trimpath -ldflags '-X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_VERSION' -o '$JAEGER_DIR.partial/jaeger' github.com/jaegertracing/jaeger/cmd/jaeger"
 OTELCOL_DIR="$GO_RECEIVERS/otelcol-handoff-$OCB_VERSION-$(pin_hash "$CI_GO/otelcol-builder.yaml")"
 go_build otelcol-handoff "$OTELCOL_DIR" sh -c "GOFLAGS= GOBIN='$GO_RECEIVERS/bin' go install 'go.opentelemetry.io/collector/cmd/builder@$OCB_VERSION' \
-  && { GOFLAGS= '$GO_RECEIVERS/bin/builder' --config '$CI_GO/otelcol-builder.yaml' >builder.log 2>&1 || { tail -n 30 builder.log; false; }; } \
-  && mv build/otelcol-handoff . && rm -rf build builder.log"
+  && GOFLAGS= '$GO_RECEIVERS/bin/builder' --config '$CI_GO/otelcol-builder.yaml' \
+  && mv build/otelcol-handoff . && rm -rf build"
 VENV_BIN="$(dirname "$PY")"
 ln -sf "$JAEGER_DIR/jaeger" "$VENV_BIN/jaeger"
 ln -sf "$OTELCOL_DIR/otelcol-handoff" "$VENV_BIN/otelcol-handoff"

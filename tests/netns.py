@@ -99,6 +99,16 @@ class Namespace:
             raise AssertionError(f"relay failed: {ready} {process.stdout.read(2000)!r}")
         return [int(port) for port in ready[2:]]
 
+    def reach_home(self, inside: str, home_port: int) -> None:
+        """``inside`` (``host:port`` in the namespace) forwards to 127.0.0.1:``home_port`` here."""
+        host, _, port = _address(inside).rpartition(":")
+        process = relay(self.holder.pid, [f"{port}:{host}:{home_port}"], inward=True)
+        self.relays.append(process)
+        assert process.stdout is not None
+        ready = process.stdout.readline().decode(errors="replace").split()
+        if ready[:2] != ["relay", "ready"]:
+            raise AssertionError(f"relay failed: {ready} {process.stdout.read(2000)!r}")
+
     def stop(self) -> None:
         for process in [*reversed(self.processes), *self.relays]:
             stop(process)
@@ -124,11 +134,14 @@ def stop(process: subprocess.Popen[Any] | None, timeout: float = 10.0) -> None:
         process.wait(timeout)
 
 
-def relay(pid: int, mappings: list[str]) -> subprocess.Popen[bytes]:
-    """A relay process: ``PORT:HOST:TARGET`` (or ``PORT:TARGET`` for 127.0.0.1) per mapping; port 0
-    binds any free port. Its first line of output is ``relay ready PORT...``."""
+def relay(pid: int, mappings: list[str], inward: bool = False) -> subprocess.Popen[bytes]:
+    """A relay process: ``PORT:HOST:TARGET`` (or ``PORT:TARGET`` for 127.0.0.1) per mapping.
+
+    Outward (the default) it listens here on 127.0.0.1:PORT (0: any free port) and connects to
+    HOST:TARGET inside ``pid``'s namespace; ``inward``, it listens inside on HOST:PORT and connects
+    here to HOST:TARGET. Its first line of output is ``relay ready PORT...``."""
     return subprocess.Popen(
-        [sys.executable, __file__, "relay", str(pid), *mappings],
+        [sys.executable, __file__, "relay-in" if inward else "relay", str(pid), *mappings],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -136,8 +149,8 @@ def relay(pid: int, mappings: list[str]) -> subprocess.Popen[bytes]:
 
 
 # --- the relay (run as `python netns.py relay PID PORT:[HOST:]TARGET ...`) -------------------------
-def _enter_network_namespace(pid: int) -> None:
-    fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+def _enter_network_namespace(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         if hasattr(os, "setns"):  # Python 3.12+
             os.setns(fd, os.CLONE_NEWNET)
@@ -152,23 +165,28 @@ def _enter_network_namespace(pid: int) -> None:
         os.close(fd)
 
 
-def _relay_main(pid: int, mappings: list[str]) -> None:
-    """Listen on 127.0.0.1 here, then enter ``pid``'s network namespace and connect there.
+def _relay_main(pid: int, mappings: list[str], inward: bool) -> None:
+    """Listen in one network namespace, connect in the other.
 
-    Listening sockets stay in the namespace they were created in, so one process bridges the
-    two: accept here, connect to HOST:TARGET inside the other namespace.
+    Sockets stay in the namespace they were created in, so one process bridges the two. Outward:
+    listen here on 127.0.0.1, then enter ``pid``'s namespace, where each connection goes on to
+    HOST:TARGET. Inward: enter it, listen on HOST there, come back, connect here to HOST:TARGET.
     """
     import asyncio
 
+    home = os.open("/proc/self/ns/net", os.O_RDONLY)
+    if inward:
+        _enter_network_namespace(f"/proc/{pid}/ns/net")
     listeners = []
     for mapping in mappings:
         port, *host, target = mapping.split(":")
+        address = host[0] if host else "127.0.0.1"
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", int(port)))
+        sock.bind((address if inward else "127.0.0.1", int(port)))
         sock.listen(128)
-        listeners.append((sock, host[0] if host else "127.0.0.1", int(target)))
-    _enter_network_namespace(pid)
+        listeners.append((sock, "127.0.0.1" if inward else address, int(target)))
+    _enter_network_namespace(f"/proc/self/fd/{home}" if inward else f"/proc/{pid}/ns/net")
 
     async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
@@ -204,7 +222,7 @@ def _relay_main(pid: int, mappings: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) >= 4 and sys.argv[1] == "relay":
-        _relay_main(int(sys.argv[2]), sys.argv[3:])
+    if len(sys.argv) >= 4 and sys.argv[1] in ("relay", "relay-in"):
+        _relay_main(int(sys.argv[2]), sys.argv[3:], inward=sys.argv[1] == "relay-in")
     else:
-        sys.exit("usage: netns.py relay PID PORT:[HOST:]TARGET...")
+        sys.exit("usage: netns.py relay|relay-in PID PORT:[HOST:]TARGET...")

@@ -60,12 +60,6 @@ def missing(what: str) -> None:
     pytest.skip(message)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def refused_port() -> Iterator[int]:
     """A loopback port held bound but not listening: connecting is refused, and no other process
@@ -85,12 +79,6 @@ def wait_until(check: Callable[[], T | None], what: str, timeout: float = 20.0, 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(every)
-
-
-def listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-        return True
-    return False
 
 
 # --- spans from an OTLP JSON Lines file (`otel-handoff demo --export FILE`) --------------------
@@ -219,43 +207,68 @@ def parse_rotel_debug(text: str) -> list[Span]:
     return [s for s in spans if "span_id" in s]
 
 
+class OtlpPorts:
+    """The OTLP endpoints of a receiver with ``grpc_port`` and ``http_port`` on 127.0.0.1."""
+
+    grpc_port: int
+    http_port: int
+
+    @property
+    def grpc_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.grpc_port}"
+
+    @property
+    def http_endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+
 @dataclass
-class Rotel:
-    """A rotel collector printing every span it receives; optionally forwarding them on."""
+class Rotel(OtlpPorts):
+    """A rotel collector printing every span it receives; optionally forwarding them on.
+
+    rotel cannot report a port-0 bind, so it runs in a network namespace of its own on fixed ports,
+    reached through relay ports the OS assigned (:mod:`netns`); what it forwards to leaves the
+    namespace through a relay too. A restart keeps the namespace, so the ports stay the same.
+    """
 
     process: subprocess.Popen[bytes]
     grpc_port: int
     http_port: int
     output: Path
+    space: netns.Namespace
 
     @classmethod
-    def start(
-        cls,
-        workdir: Path,
-        *,
-        forward_to: str | None = None,
-        ports: tuple[int, int] | None = None,
-    ) -> Rotel:
-        """Start rotel on free loopback ports, or on ``ports`` (gRPC, HTTP) to restart one."""
+    def start(cls, workdir: Path, *, forward_to: str | None = None, restart: Rotel | None = None) -> Rotel:
+        """Start rotel, or start it again (``restart``: a stopped one's namespace, hence its ports)."""
         agent = rotel_executable()
         if agent is None:
             missing("rotel is not installed in this Python environment")
             raise AssertionError("unreachable")
+        reason = netns.unavailable()
+        if reason:
+            missing(reason)
         workdir.mkdir(parents=True, exist_ok=True)
-        grpc_port, http_port = ports or (free_port(), free_port())
-        exporter = (
-            ["--exporter", "otlp", "--otlp-exporter-endpoint", forward_to, "--otlp-exporter-protocol", "grpc"]
-            if forward_to
-            else ["--exporter", "blackhole"]
-        )
+        space = restart.space if restart is not None else netns.Namespace.create(workdir / "netns")
+        if forward_to:
+            home_port = int(forward_to.rsplit(":", 1)[1].rstrip("/"))
+            space.reach_home(f"127.0.0.1:{_ROTEL_FORWARD}", home_port)
+            exporter = [
+                "--exporter",
+                "otlp",
+                "--otlp-exporter-endpoint",
+                f"http://127.0.0.1:{_ROTEL_FORWARD}",
+            ]
+            exporter += ["--otlp-exporter-protocol", "grpc"]
+        else:
+            exporter = ["--exporter", "blackhole"]
         output = workdir / "rotel.out"
         command = [
             str(agent),
             "start",
             "--otlp-grpc-endpoint",
-            f"127.0.0.1:{grpc_port}",
+            f"127.0.0.1:{_ROTEL_GRPC}",
             "--otlp-http-endpoint",
-            f"127.0.0.1:{http_port}",
+            f"127.0.0.1:{_ROTEL_HTTP}",
             *exporter,
             "--debug-log",
             "traces",
@@ -266,15 +279,16 @@ class Rotel:
             "--log-file",
             str(workdir / "rotel.log"),
         ]
-        with output.open("wb") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        rotel = cls(process, grpc_port, http_port, output)
+        process = space.start(command, output)
+        if restart is not None:
+            grpc_port, http_port = restart.grpc_port, restart.http_port
+        else:
+            grpc_port, http_port = space.expose(f"127.0.0.1:{_ROTEL_GRPC}", f"127.0.0.1:{_ROTEL_HTTP}")
+        rotel = cls(process, grpc_port, http_port, output, space)
         try:
             wait_until(
-                lambda: process.poll() is not None or (listening(grpc_port) and listening(http_port)),
-                "rotel to listen",
+                lambda: process.poll() is not None or rotel._accepts(),
+                "rotel to take exports",
                 timeout=15,
             )
             if process.poll() is not None:
@@ -284,19 +298,29 @@ class Rotel:
             raise
         return rotel
 
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
+    def _accepts(self) -> bool:
+        """An empty OTLP/HTTP export is answered (through the relay, a bare connect always is)."""
+        request = urllib.request.Request(
+            f"{self.http_endpoint}/v1/traces", data=b"", headers={"Content-Type": "application/x-protobuf"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:
+                return response.status == 200
+        except (OSError, urllib.error.URLError):
+            return False
 
     def spans(self) -> list[Span]:
         return parse_rotel_debug(self.output.read_text(encoding="utf-8", errors="replace"))
 
-    def stop(self) -> None:
+    def stop(self, *, keep_ports: bool = False) -> None:
+        """Stop rotel; with ``keep_ports``, keep its namespace and relays for a restart."""
         stop(self.process)
+        if not keep_ports:
+            self.space.stop()
+
+
+# inside rotel's own namespace: its OTLP ports, and where it forwards to (relayed out)
+_ROTEL_GRPC, _ROTEL_HTTP, _ROTEL_FORWARD = 4317, 4318, 14317
 
 
 # --- Arize Phoenix ------------------------------------------------------------------------------

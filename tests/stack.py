@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import netns
-from receivers import Span, missing, request_spans, wait_until
+from receivers import OtlpPorts, Span, missing, request_spans, wait_until
 
 from otel_handoff.cli import otlp_json
 
@@ -78,8 +78,14 @@ def _tail(path: Path) -> str:
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
 
+def _started(process: Any, log: Path, what: str, ready: Any) -> None:
+    """Wait until ``ready()`` (or the process exits: then fail with the end of its log)."""
+    wait_until(lambda: process.poll() is not None or ready(), f"{what} to be ready", timeout=60, every=0.1)
+    assert process.poll() is None, f"{what} exited: {_tail(log)}"
+
+
 @dataclass
-class Jaeger:
+class Jaeger(OtlpPorts):
     """Jaeger v2 with ``collector-config/jaeger/config.yaml``: OTLP in, memory store, query API."""
 
     process: Any
@@ -97,10 +103,7 @@ class Jaeger:
         process = space.start([str(binary), f"--config={JAEGER_CONFIG}", *extra], log, env)
         grpc, http, query = space.expose(f"{host}:4317", f"{host}:4318", f"{host}:16686")
         jaeger = cls(process, grpc, http, query, log)
-        wait_until(
-            lambda: process.poll() is not None or jaeger.ready(), "Jaeger to start", timeout=60, every=0.1
-        )
-        assert process.poll() is None, f"Jaeger exited: {_tail(log)}"
+        _started(process, log, "Jaeger", jaeger.ready)
         return jaeger
 
     def ready(self) -> bool:
@@ -109,14 +112,6 @@ class Jaeger:
             f"{self.http_endpoint}/v1/traces", b"", {"Content-Type": "application/x-protobuf"}
         )
         return accepted == 200 and _http(f"{self.url}/api/services")[0] == 200
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
 
     @property
     def url(self) -> str:
@@ -181,7 +176,7 @@ def as_jaeger_tags(attributes: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass
-class Collector:
+class Collector(OtlpPorts):
     """``otelcol-handoff`` running one of ``collector-config/otelcol-*.yaml``, unchanged."""
 
     process: Any
@@ -201,22 +196,8 @@ class Collector:
             "otel-collector:4317", "otel-collector:4318", "otel-collector:8889", "otel-collector:13133"
         )
         collector = cls(process, grpc, http, metrics, log)
-        wait_until(
-            lambda: process.poll() is not None or _http(f"http://127.0.0.1:{health}/")[0] == 200,
-            "the collector's health_check",
-            timeout=60,
-            every=0.1,
-        )
-        assert process.poll() is None, f"the collector exited: {_tail(log)}"
+        _started(process, log, "the collector", lambda: _http(f"http://127.0.0.1:{health}/")[0] == 200)
         return collector
-
-    @property
-    def grpc_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.grpc_port}"
-
-    @property
-    def http_endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.http_port}"
 
     def metrics_text(self, openmetrics: bool = True) -> str:
         accept = "application/openmetrics-text; version=1.0.0" if openmetrics else "text/plain"
@@ -230,6 +211,11 @@ class Collector:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
         raise AssertionError("no VmRSS")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU time the collector has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def tail(self) -> str:
         return _tail(self.log)
@@ -260,13 +246,7 @@ class Prometheus:
         process = space.start(command, log, {"PATH": os.environ.get("PATH", "")})
         (port,) = space.expose("prometheus:9090")
         prometheus = cls(process, port, log)
-        wait_until(
-            lambda: process.poll() is not None or _http(f"{prometheus.url}/-/ready")[0] == 200,
-            "Prometheus to be ready",
-            timeout=60,
-            every=0.1,
-        )
-        assert process.poll() is None, f"Prometheus exited: {_tail(log)}"
+        _started(process, log, "Prometheus", lambda: _http(f"{prometheus.url}/-/ready")[0] == 200)
         return prometheus
 
     @property

@@ -283,15 +283,10 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
 ) -> None:
     """Handoffs of every framework, exported as users would (the SDK's Prometheus reader), scraped by
     Debian's Prometheus; each of the dashboard's PromQL expressions is run through its HTTP API."""
-    import shutil
-    import subprocess
-
     from framework_runs import FRAMEWORK_RUNS
-    from receivers import free_port, missing, stop, wait_until
+    from receivers import wait_until
+    from stack import Prometheus, namespace
 
-    binary = shutil.which("prometheus")
-    if binary is None:
-        missing("prometheus (Debian's package)")
     exporter = pytest.importorskip("opentelemetry.exporter.prometheus")
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -303,24 +298,17 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
     registry = CollectorRegistry()
     meter_provider = MeterProvider(metric_readers=[exporter.PrometheusMetricReader(registry=registry)])
     server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-    web = free_port()  # Prometheus cannot report a port-0 bind
-    (tmp_path / "prometheus.yml").write_text(
-        "global: {scrape_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - {{job_name: handoffs, static_configs: [{{targets: ['127.0.0.1:{server.server_port}']}}]}}\n"
-    )
-    prometheus = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{web}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{web}"
+    # Prometheus in a namespace of its own (it cannot report a port-0 bind), scraping the app's
+    # endpoint through a relay to this process's port
+    space = namespace(tmp_path / "netns")
     try:
+        space.reach_home("127.0.0.1:9464", server.server_port)
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s}\n"
+            "scrape_configs:\n"
+            "  - {job_name: handoffs, static_configs: [{targets: ['127.0.0.1:9464']}]}\n"
+        )
+        url = Prometheus.start(space, tmp_path / "prometheus.yml").url
         for instrumentor in (
             LiveKitHandoffInstrumentor,
             AG2HandoffInstrumentor,
@@ -376,7 +364,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
         # exemplars: the SDK's Prometheus reader exposes none (docs/metrics.md says so)
         assert "# {" not in server_text(server.server_port)
     finally:
-        stop(prometheus)
+        space.stop()
         server.shutdown()
         meter_provider.shutdown()
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from receivers import Rotel, free_port
+from receivers import Rotel, refused_port
 
 DOCTOR = [sys.executable, "-m", "otel_handoff", "doctor"]
 
@@ -26,8 +26,9 @@ def test_healthy_environment(rotel: Rotel) -> None:
 
 
 def test_endpoint_that_does_not_answer() -> None:
-    endpoint = f"http://127.0.0.1:{free_port()}"
-    result = doctor(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
+    with refused_port() as port:
+        endpoint = f"http://127.0.0.1:{port}"
+        result = doctor(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint)
     assert result.returncode == 1
     assert f"the OTLP endpoint {endpoint} does not answer" in result.stdout
     assert "fix: start the collector there" in result.stdout

@@ -24,7 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from receivers import Span, request_spans, run_demo, wait_until
+from receivers import Rotel, Span, request_spans, run_demo, wait_until
 from stack import Jaeger, as_jaeger_tags, namespace
 
 from otel_handoff.cli import main, otlp_json
@@ -140,6 +140,22 @@ def test_demo_handoffs_in_jaeger(jaeger: Jaeger, tmp_path: Path, framework: str,
         assert {sc.SPAN_FIRST_SPEECH, sc.SPAN_RECONNECT} <= linked, linked
     if framework == "pipecat":
         assert sc.SPAN_FIRST_SPEECH in linked, linked
+
+
+def test_demo_through_rotel_to_jaeger(jaeger: Jaeger, tmp_path: Path) -> None:
+    """collector-config/rotel.md's forwarding to Jaeger, run: demo -> rotel -> Jaeger."""
+    forwarder = Rotel.start(tmp_path / "rotel", forward_to=jaeger.grpc_endpoint)
+    try:
+        service = service_name("via-rotel")
+        run = run_demo(
+            tmp_path,
+            OTEL_SERVICE_NAME=service,
+            OTEL_EXPORTER_OTLP_ENDPOINT=forwarder.grpc_endpoint,
+            OTEL_METRICS_EXPORTER="none",
+        )
+        check_in_jaeger(jaeger, service, run.exported)
+    finally:
+        forwarder.stop()
 
 
 # --- failed, skipped and rejected handoffs, from an app's own provider ------------------------------

@@ -183,7 +183,7 @@ def test_tail_sampling_keeps_every_slow_and_failed_trace_whole(stack: Stack, ins
     collector = stack.collector(TAIL_SAMPLING)
     try:
         service = f"tail-{uuid.uuid4().hex[:6]}"
-        rss_before = collector.rss_bytes()
+        rss_before, cpu_before = collector.rss_bytes(), collector.cpu_seconds()
         sent = run_conversations(
             collector.grpc_endpoint, service, fast=400, slow=40, failed=40, instrument=instrument
         )
@@ -201,6 +201,7 @@ def test_tail_sampling_keeps_every_slow_and_failed_trace_whole(stack: Stack, ins
 
         started = time.monotonic()
         stored = wait_until(kept_whole, "every slow and failed trace in Jaeger", timeout=120, every=0.5)
+        cpu = collector.cpu_seconds() - cpu_before  # receiving, holding, deciding, exporting
         fast_kept = {t for t in stored if sent.kinds[t] == "fast"}
         for trace in fast_kept:
             assert stored[trace] == by_trace[trace], "a fast trace kept, but not whole"
@@ -212,7 +213,9 @@ def test_tail_sampling_keeps_every_slow_and_failed_trace_whole(stack: Stack, ins
             f"{len(fast_kept)}/{fast_sent} (bounds {low}..{high}); "
             f"decided after {time.monotonic() - started:.1f} s; "
             f"collector RSS +{held / 1e6:.1f} MB holding 480 conversations "
-            f"({held / 480 / 1e3:.1f} kB each, {len(sent.expected) / 480:.1f} spans each)"
+            f"({held / 480 / 1e3:.1f} kB each, {len(sent.expected) / 480:.1f} spans each); "
+            f"collector CPU {cpu:.2f} s for {len(sent.expected)} spans "
+            f"({cpu / len(sent.expected) * 1e6:.0f} µs a span)"
         )
     finally:
         netns.stop(collector.process)

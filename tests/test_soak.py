@@ -163,9 +163,9 @@ async def test_soak_through_a_collector_restart(
         assert provider.force_flush(30_000)
         if phase == "up":
             arrived["up"] = received_by(rotel, 0)
-            rotel.stop()
+            rotel.stop(keep_ports=True)
         elif phase == "down":
-            rotel = Rotel.start(tmp_path / "rotel-2", ports=ports)
+            rotel = Rotel.start(tmp_path / "rotel-2", restart=rotel)
             restarted.append(rotel)
             sent_before_restart.append(len(ledger.seen))
         else:
