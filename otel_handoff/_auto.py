@@ -86,7 +86,10 @@ def start() -> None:
             for module in framework.modules:
                 wrapt.register_post_import_hook(functools.partial(_on_import, framework), module)
     except Exception as exc:
-        _LOG.warning("otel-handoff: auto-instrumentation could not start (%s: %s)", type(exc).__name__, exc)
+        from .export.credentials import redact  # only now: the start-up hook imports nothing it needn't
+
+        why = redact(str(exc))
+        _LOG.warning("otel-handoff: auto-instrumentation could not start (%s: %s)", type(exc).__name__, why)
 
 
 def installed(framework: Framework) -> str | None:

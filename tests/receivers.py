@@ -344,7 +344,8 @@ class Phoenix:
     log: Path
 
     @classmethod
-    def start(cls, workdir: Path) -> Phoenix:
+    def start(cls, workdir: Path, **settings: str) -> Phoenix:
+        """``settings``: more of Phoenix's variables (``PHOENIX_ENABLE_AUTH``, say)."""
         executable = phoenix_executable()
         if executable is None:
             missing(f"Arize Phoenix not found (OTEL_HANDOFF_PHOENIX, or {PHOENIX_VENV}/bin/phoenix)")
@@ -360,6 +361,7 @@ class Phoenix:
             "PHOENIX_GRPC_PORT": str(_PHOENIX_GRPC),
             "PHOENIX_WORKING_DIR": str(workdir / "data"),
             "PHOENIX_TELEMETRY_ENABLED": "false",
+            **settings,
         }
         for key in [k for k in env if k.startswith("OTEL_")]:
             del env[key]
@@ -416,6 +418,8 @@ class Phoenix:
         try:
             with urllib.request.urlopen(f"{self.url}/healthz", timeout=2) as response:
                 return response.status == 200
+        except urllib.error.HTTPError as error:
+            return error.code == 401  # up, behind auth
         except (OSError, urllib.error.URLError):
             return False
 

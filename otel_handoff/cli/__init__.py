@@ -69,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument(
         "--chart", action="store_true", help="print only the bar chart of mean phase time per pair"
     )
+    summary.add_argument(
+        "--header",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a header for a backend that wants credentials (repeatable), e.g. "
+        "'Authorization=Bearer …'; also OTEL_HANDOFF_SUMMARY_HEADERS (name=value,name=value), "
+        "PHOENIX_API_KEY, or user:password@ in the URL",
+    )
     commands.add_parser(
         "doctor",
         help="check this environment: frameworks, auto-instrumentation, exporter, endpoint",
@@ -121,10 +130,37 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+SUMMARY_HEADERS = "OTEL_HANDOFF_SUMMARY_HEADERS"
+
+
+def _summary_headers(given: Sequence[str]) -> dict[str, str] | None:
+    """OTEL_HANDOFF_SUMMARY_HEADERS (read by the SDK's own parser, as OTEL_EXPORTER_OTLP_HEADERS),
+    then each ``--header``; None after one line saying which is malformed (never its value)."""
+    from opentelemetry.util.re import parse_env_headers
+
+    headers = parse_env_headers(os.environ.get(SUMMARY_HEADERS, ""), liberal=True)
+    for number, header in enumerate(given, 1):
+        name, equals, value = header.partition("=")
+        if not equals or not name.strip():
+            print(
+                f"otel-handoff summary: --header number {number} is not NAME=VALUE "
+                "(e.g. --header 'Authorization=Bearer …')",
+                file=sys.stderr,
+            )
+            return None
+        headers[name.strip()] = value.strip()
+    return headers
+
+
 def _summary(args: argparse.Namespace) -> int:
     from .summary import run
 
-    code, output, message = run(args.source, output_format=args.format, chart_only=args.chart)
+    headers = _summary_headers(args.header)
+    if headers is None:
+        return 2
+    code, output, message = run(
+        args.source, output_format=args.format, chart_only=args.chart, headers=headers
+    )
     print(output, end="")
     if message:
         print(message, file=sys.stderr)

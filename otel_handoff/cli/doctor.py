@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 from .. import _auto
 from ..core.frameworks import ANY_HINT, FRAMEWORKS
+from ..export.credentials import redact, split_userinfo
 from ..version import __version__
 
 _PROBE_TIMEOUT = 2.0  # seconds a receiver gets to answer an empty export request
@@ -40,7 +41,7 @@ class Report:
             out += [f"  ✗ {problem}\n    fix: {fix}" for problem, fix in self.problems]
         else:
             out.append("No problems found.")
-        return "\n".join(out) + "\n"
+        return redact("\n".join(out)) + "\n"  # an exception's text may quote an endpoint
 
 
 def _frameworks(report: Report) -> None:
@@ -131,8 +132,11 @@ def _probe_http(signal: str, url: str, headers: dict[str, str]) -> str | None:
     import urllib.error
     import urllib.request
 
+    url, basic = split_userinfo(url)  # as the exporter's HTTP client sends it: basic auth
     request = urllib.request.Request(
-        url, data=_empty_request(signal), headers={"Content-Type": "application/x-protobuf", **headers}
+        url,
+        data=_empty_request(signal),
+        headers={"Content-Type": "application/x-protobuf", **basic, **headers},
     )
     try:
         with urllib.request.urlopen(request, timeout=_PROBE_TIMEOUT) as answer:
@@ -224,13 +228,14 @@ def _export(report: Report) -> None:
         if not built:
             report.say(f"  {signal}: no exporter (nothing will be sent)")
         for description, exporter in built:
-            kind, _, endpoint = description.partition(" ")
+            kind, _, shown = description.partition(" ")  # the endpoint, its credentials redacted
+            endpoint = getattr(exporter, "endpoint", shown)
             if endpoint.startswith(("http://", "https://")):
                 why = _probe(signal, kind, endpoint)
                 state = "answers" if why is None else f"does not answer ({why})"
-                report.say(f"  {signal}: {kind} -> {endpoint}: {state}")
+                report.say(f"  {signal}: {kind} -> {shown}: {state}")
                 if why is not None and signal == "traces":
-                    report.problem(f"the OTLP endpoint {endpoint} does not answer ({why})", _fix_for(why))
+                    report.problem(f"the OTLP endpoint {shown} does not answer ({why})", _fix_for(why))
             else:
                 report.say(f"  {signal}: {description}")
             exporter.shutdown()

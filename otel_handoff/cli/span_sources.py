@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 import urllib.error
@@ -29,6 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..export.credentials import split_userinfo
 from . import otlp_json
 
 __all__ = ["SpanRecord", "SpanSourceError", "parse_spans", "read_spans"]
@@ -60,13 +62,16 @@ class SpanRecord:
 
 
 # --- entry points ---------------------------------------------------------------------------------
-def read_spans(source: str, notes: list[str] | None = None) -> list[SpanRecord]:
+def read_spans(
+    source: str, notes: list[str] | None = None, headers: Mapping[str, str] | None = None
+) -> list[SpanRecord]:
     """Spans from a file path, ``-`` (standard input), or an ``http(s)://`` Phoenix or Jaeger URL.
 
-    ``notes`` collects what was tolerated (a cut-off last line), one line each.
+    ``notes`` collects what was tolerated (a cut-off last line), one line each. ``headers`` go
+    with every request to a URL, after its userinfo (basic auth) and ``PHOENIX_API_KEY``.
     """
     if source.startswith(("http://", "https://")):
-        return _read_url(source)
+        return _read_url(*_with_credentials(source, headers or {}))
     if source == "-":
         return parse_spans(sys.stdin.read(), notes)
     path = Path(source)
@@ -442,13 +447,26 @@ def _jaeger_span(span: Any, where: _Where) -> SpanRecord:
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
-def _read_url(url: str) -> list[SpanRecord]:
+def _with_credentials(url: str, headers: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The URL without userinfo, and every header to send: basic auth from the userinfo, then a
+    Phoenix URL's ``PHOENIX_API_KEY`` as a bearer token (as Phoenix's own client sends it), then
+    the caller's headers, which win."""
+    url, sent = split_userinfo(url)
+    api_key = os.environ.get("PHOENIX_API_KEY", "").strip()
+    if api_key and "/v1/projects/" in urllib.parse.urlsplit(url).path:
+        sent["Authorization"] = f"Bearer {api_key}"
+    given = {name.lower() for name in headers}
+    sent = {name: value for name, value in sent.items() if name.lower() not in given}
+    return url, {**sent, **headers}
+
+
+def _read_url(url: str, headers: Mapping[str, str]) -> list[SpanRecord]:
     """Spans behind a URL, following Phoenix's ``next_cursor`` pages."""
     spans: list[SpanRecord] = []
     seen: set[str] = set()
     page_url = url
     for page in range(1, _MAX_PAGES + 1):
-        document = _get_json(page_url)
+        document = _get_json(page_url, headers)
         origin = "response" if page == 1 else f"page {page}"
         spans.extend(_from_document(document, origin))
         cursor = document.get("next_cursor") if isinstance(document, dict) else None
@@ -459,12 +477,18 @@ def _read_url(url: str) -> list[SpanRecord]:
     raise SpanSourceError(f"more than {_MAX_PAGES} pages: narrow the query (a larger limit, fewer spans)")
 
 
-def _get_json(url: str) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+def _get_json(url: str, headers: Mapping[str, str]) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **headers})
     try:
         with urllib.request.urlopen(request, timeout=_HTTP_TIMEOUT) as response:
             body = response.read()
     except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            raise SpanSourceError(
+                f"HTTP {exc.code} {exc.reason}: the backend wants credentials; give them with "
+                "--header 'Authorization=Bearer …' (or OTEL_HANDOFF_SUMMARY_HEADERS), PHOENIX_API_KEY "
+                "for Phoenix, or user:password@ in the URL for basic auth"
+            ) from None
         raise SpanSourceError(f"HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         raise SpanSourceError(f"cannot connect: {exc.reason}") from None

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..core import schema as sc
 from ..core.frameworks import BY_SPAN_FRAMEWORK
+from ..export.credentials import redact
 from .span_sources import SpanRecord, SpanSourceError, read_spans
 from .waterfall import bar
 
@@ -514,17 +515,26 @@ def render_csv(pairs: Sequence[PairSummary]) -> str:
 FORMATS = ("table", "json", "csv")
 
 
-def run(source: str, *, output_format: str = "table", chart_only: bool = False) -> tuple[int, str, str]:
+def run(
+    source: str,
+    *,
+    output_format: str = "table",
+    chart_only: bool = False,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[int, str, str]:
     """Summarize ``source``: (exit code, standard output, one-line error or note for stderr).
 
-    Exit codes: 0 printed a summary, 1 no handoff spans, 2 the source is unreadable or malformed.
+    ``headers`` go with every request to a backend's URL (credentials). Exit codes: 0 printed a
+    summary, 1 no handoff spans, 2 the source is unreadable or malformed.
     """
     notes: list[str] = []
+    shown = redact(source)  # a URL's credentials never reach the output
     try:
-        spans = read_spans(source, notes)
+        spans = read_spans(source, notes, headers)
         handoffs = collect_handoffs(spans)
     except (SpanSourceError, SummaryError) as exc:
-        return 2, "", f"otel-handoff summary: {source}: {exc}"
+        return 2, "", f"otel-handoff summary: {shown}: {redact(str(exc))}"
+    source = shown
     repeats = len(spans) - len({(s.trace_id, s.span_id) for s in spans})
     if repeats:
         notes.append(f"{repeats} repeated span(s) (same trace and span id) counted once")

@@ -13,6 +13,7 @@ from typing import Any
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
+from .credentials import redact
 from .quiet import quiet
 from .settings import (
     EXPORTER_VARIABLE,
@@ -49,7 +50,7 @@ def build_exporters(signal: Signal) -> list[tuple[str, Any]]:
             if settings is None:
                 continue
             protocol, target = settings
-            entry_name, description = OTLP_BY_PROTOCOL[protocol], f"otlp/{protocol} {target}"
+            entry_name, description = OTLP_BY_PROTOCOL[protocol], f"otlp/{protocol} {redact(target)}"
         else:
             entry_name, description, target = name, name, name
         cls = _exporter_class(signal, entry_name)

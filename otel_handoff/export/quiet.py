@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from .credentials import redact
 from .settings import Signal
 
 _LOG = logging.getLogger("otel_handoff")
@@ -66,10 +67,11 @@ class Outage:
 
     def __init__(self, signal: Signal, exporter: object, target: str) -> None:
         self._what = _WHAT[signal]
-        self._target = self.target = target
+        self.endpoint = target  # where it sends: never shown, its credentials included
+        self._target = self.target = redact(target)  # what our lines show
         self.last_reason: str | None = None  # why the last failed export failed
         self.in_flight_reasons: list[str] | None = None
-        self._receiver = urlsplit(target).netloc or target
+        self._receiver = urlsplit(target).netloc or target  # never shown: which outage is whose
         # exporters log through their modules' loggers (getLogger(__name__)), base classes' too
         self._loggers = sorted({cls.__module__ for cls in type(exporter).__mro__} - {"builtins", "abc"})
 
@@ -107,7 +109,8 @@ class Outage:
                 failing.add(self._what)
             down = bool(failing)
         if not ok:
-            reason = " ".join((reasons[0] if reasons else "the exporter reported a failure").split())
+            # the exporter's own words, which quote the endpoint and its credentials
+            reason = redact(" ".join((reasons[0] if reasons else "the exporter reported a failure").split()))
             self.last_reason = (
                 reason[: _REASON_LENGTH - 3] + "..." if len(reason) > _REASON_LENGTH else reason
             )
@@ -130,7 +133,7 @@ class QuietSpanExporter(SpanExporter):
         self._inner = inner
         self._outage = outage
         self._shut = False
-        self.target = outage.target
+        self.target, self.endpoint = outage.target, outage.endpoint
         self.ended = 0  # spans handed to its processor (see export.exit.CountingSpanProcessor)
         self.exported = 0  # spans the receiver accepted
         self.failed = 0  # spans it did not
@@ -146,7 +149,7 @@ class QuietSpanExporter(SpanExporter):
         """Why exporting fails: what the export in flight said so far (its retries), or the last failure."""
         pending = self._outage.in_flight_reasons
         if pending:
-            return _RETRYING.sub("", " ".join(pending[0].split()))[:_REASON_LENGTH]
+            return redact(_RETRYING.sub("", " ".join(pending[0].split())))[:_REASON_LENGTH]
         return self._outage.last_reason
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -194,6 +197,7 @@ class QuietMetricExporter(MetricExporter):
         self._inner = inner
         self._outage = outage
         self._shut = False
+        self.target, self.endpoint = outage.target, outage.endpoint
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any

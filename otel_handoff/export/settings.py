@@ -19,6 +19,8 @@ from opentelemetry.sdk import environment_variables as env
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.util.re import parse_env_headers
 
+from .credentials import redact
+
 _LOG = logging.getLogger("otel_handoff")
 
 Signal = Literal["traces", "metrics"]
@@ -91,6 +93,7 @@ class _Problems:
         """``kept``: the setting is used all the same (a warning, not an error)."""
         if any(found.variable == variable for found in self.found):
             return
+        problem, accepted = redact(problem), redact(accepted)  # a bad endpoint is quoted back
         self.found.append(Problem(variable, problem, accepted, consequence))
         if not self.log:
             return
