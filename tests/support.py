@@ -179,6 +179,12 @@ class ConventionScan(SpanProcessor):
             for key in attributes
             if key.startswith("gen_ai.") and key not in GEN_AI_DEFINED
         ]
+        outcome = attributes.get(sc.OUTCOME)
+        if (
+            outcome in (sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED)
+            and span.status.status_code is not StatusCode.ERROR
+        ):
+            self.violations.append(f"{span.name}: outcome {outcome} without status ERROR")
         if span.status.status_code is StatusCode.ERROR:
             self.errors_checked += 1
             if not attributes.get(sc.ERROR_TYPE):

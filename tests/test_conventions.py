@@ -1,5 +1,6 @@
 """The suite-wide convention scan can fail: it catches an ERROR span without ``error.type``, an
-``exception`` event and a ``gen_ai.*`` attribute the GenAI conventions do not define.
+``exception`` event, a ``gen_ai.*`` attribute the GenAI conventions do not define and a failed
+or rejected handoff whose status is not ERROR.
 
 Every test of the suite runs under it (``conftest.one_error_convention_and_no_made_up_gen_ai``),
 so every ERROR span of every framework's tests carries ``error.type``.
@@ -26,12 +27,15 @@ def test_scan_catches_what_breaks_the_conventions(provider: Any, convention_scan
         span.set_attribute("gen_ai.handoff.from_agent", "triage")  # the name 0.1 used
         span.set_status(Status(StatusCode.ERROR, "boom"))
         span.add_event("exception", {"exception.type": "ValueError"})
+    with tracer.start_as_current_span("agent_handoff") as span:
+        span.set_attribute(sc.OUTCOME, sc.OUTCOME_REJECTED)  # a refusal left UNSET (OpenAI's, once)
     found = convention_scan.violations[before:]
     del convention_scan.violations[before:]  # planted on purpose
     assert found == [
         "agent_handoff: gen_ai.handoff.from_agent is not a GenAI semconv attribute",
         "agent_handoff: status ERROR without error.type",
         "agent_handoff: an exception event (error.type is the convention)",
+        "agent_handoff: outcome rejected without status ERROR",
     ]
 
 
@@ -59,3 +63,15 @@ def test_the_one_emitter_follows_the_convention_for_every_error_shape(
     types = {s.attributes[sc.ERROR_TYPE] for s in spans.all() if s.status.status_code is StatusCode.ERROR}
     assert types == {"ValueError", "timeout"}
     assert all("4711" not in (s.status.description or "") for s in spans.all())
+
+
+def test_a_rejected_handoff_is_an_error_whatever_the_framework_filled(
+    provider: Any, convention_scan: ConventionScan, spans: Any
+) -> None:
+    """The emitter, not each framework, makes a refusal ERROR with ``error.type`` = ``rejected``."""
+    tracer, metrics = HandoffInstrumentor.telemetry_parts("otel_handoff.test", {"tracer_provider": provider})
+    telemetry = HandoffTelemetry(tracer, metrics, HandoffInstrumentor.static_attributes("test", "1.0"))
+    emit(telemetry, HandoffRecord(start_ns=1, end_ns=2, sequence=1, outcome=sc.OUTCOME_REJECTED, parent=None))
+    [handoff] = spans.handoffs()
+    assert handoff.status.status_code is StatusCode.ERROR
+    assert handoff.attributes[sc.ERROR_TYPE] == sc.OUTCOME_REJECTED

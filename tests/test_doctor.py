@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
-from receivers import Rotel, refused_port
+import pytest
+from receivers import Phoenix, Rotel, refused_port, shared_phoenix
 
 DOCTOR = [sys.executable, "-m", "otel_handoff", "doctor"]
 
@@ -45,3 +47,22 @@ def test_each_misconfiguration_named_with_its_fix() -> None:
     assert "OTEL_HANDOFF_AUTO_INSTRUMENT='maybe' is not understood" in result.stdout
     assert "OTEL_EXPORTER_OTLP_PROTOCOL is 'http/json'\n    fix: use grpc or http/protobuf" in result.stdout
     assert "ag2_handoff: disabled by OTEL_PYTHON_DISABLED_INSTRUMENTATIONS" in result.stdout
+
+
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Phoenix]:
+    with shared_phoenix(tmp_path_factory) as server:
+        yield server
+
+
+def test_a_receiver_that_takes_spans_but_not_metrics(phoenix: Phoenix) -> None:
+    """Phoenix over http/protobuf takes traces and answers 405 to metrics: a problem, with the fix."""
+    settings = {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_ENDPOINT": phoenix.url}
+    result = doctor(**settings)
+    assert result.returncode == 1, result.stdout
+    assert f"traces: otlp/http/protobuf -> {phoenix.url}/v1/traces: answers" in result.stdout
+    assert (
+        f"the OTLP endpoint {phoenix.url}/v1/metrics does not take metrics (answers HTTP 405" in result.stdout
+    )
+    assert "OTEL_METRICS_EXPORTER=none" in result.stdout
+    assert doctor(**settings, OTEL_METRICS_EXPORTER="none").returncode == 0

@@ -146,6 +146,13 @@ def test_demo_with_unreachable_endpoint_warns_once(tmp_path: Path) -> None:
             OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
         )
     assert len(export_warnings(run.stderr)) == 1, run.stderr
+    # nothing arrived, and the demo says so (not "exported ... 0 spans"), with what to check
+    assert (
+        "spans exported to http" not in run.stdout
+        and "otlp/grpc" not in run.stdout.split("spans not delivered")[0]
+    )
+    [lost] = [line for line in run.stdout.splitlines() if "spans not delivered to" in line]
+    assert lost.endswith("check OTEL_EXPORTER_OTLP_ENDPOINT, or run `otel-handoff doctor`"), lost
 
 
 # --- an application calling otel_handoff.configure() ---------------------------------------------

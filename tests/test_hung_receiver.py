@@ -50,6 +50,8 @@ def test_exit_is_bounded_and_says_what_was_lost(hung: str, protocol: str, scheme
     lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
     assert len(lost) == 1, result.stderr
     assert "3 span(s) were not delivered" in lost[0] and endpoint in lost[0]
+    # what to do: the variable that set the endpoint, and the tool that checks it
+    assert lost[0].endswith("; check OTEL_EXPORTER_OTLP_ENDPOINT, or run `otel-handoff doctor`."), lost[0]
     assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
 
 

@@ -235,7 +235,8 @@ def test_failed_skipped_and_rejected_handoffs_in_jaeger(
         ("openai-agents", sc.OUTCOME_ERROR),
     ]:
         assert any(f == framework and o == outcome for f, o, _ in outcomes), (framework, outcome, outcomes)
-    assert all((status == "ERROR") == (o == sc.OUTCOME_ERROR) for _, o, status in outcomes), outcomes
+    failed = (sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED)
+    assert all((status == "ERROR") == (o in failed) for _, o, status in outcomes), outcomes
 
 
 def test_openai_sdk_handoff_nested_under_openinference_in_jaeger(

@@ -23,6 +23,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ..export import CountingSpanProcessor, exporters, shutdown_within
+from ..export.settings import what_to_check
 from . import otlp_json
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
@@ -87,17 +88,19 @@ class DemoResult:
         # whatever the collector does, the exit waits about EXIT_TIMEOUT_SECONDS at most
         report = shutdown_within(self.provider, self.meter_provider, self._exporters)
         where: list[str] = []
+        lost = ""
         if self._otlp is not None and self.otlp_target is not None:
-            if report.undelivered:
-                where.append(
-                    f"{self.otlp_target} ({self._otlp.exported} spans, {report.undelivered} not delivered:"
-                    f" {report.why})"
-                )
-            else:
+            if self._otlp.exported:
                 where.append(f"{self.otlp_target} ({self._otlp.exported} spans)")
+            if report.undelivered:
+                lost = (
+                    f"{report.undelivered} spans not delivered to {self.otlp_target} ({report.why}); "
+                    f"{what_to_check('traces')}"
+                )
         if self.export_path is not None:
             where.append(f"{self.export_path} ({len(self.spans)} spans, OTLP JSON Lines)")
-        return "spans exported to " + "; ".join(where) if where else None
+        lines = [f"spans exported to {'; '.join(where)}" if where else "", lost]
+        return "\n".join(line for line in lines if line) or None
 
 
 @dataclass

@@ -224,6 +224,7 @@ def _export(report: Report) -> None:
     exporters = {"traces": spans_out, "metrics": metrics_out}
     for found in export.problems():  # one line each: the variable, what it accepts
         report.problem(f"{found.variable} {found.problem}", found.accepted)
+    unreachable: set[str] = set()  # receivers whose traces already failed: one problem each
     for signal, built in exporters.items():
         if not built:
             report.say(f"  {signal}: no exporter (nothing will be sent)")
@@ -234,8 +235,18 @@ def _export(report: Report) -> None:
                 why = _probe(signal, kind, endpoint)
                 state = "answers" if why is None else f"does not answer ({why})"
                 report.say(f"  {signal}: {kind} -> {shown}: {state}")
+                receiver = urlsplit(endpoint).netloc
                 if why is not None and signal == "traces":
+                    unreachable.add(receiver)
                     report.problem(f"the OTLP endpoint {shown} does not answer ({why})", _fix_for(why))
+                elif why is not None and receiver not in unreachable:
+                    # every configured signal counts: a receiver that takes spans but not metrics
+                    # (Phoenix, Jaeger) fills the app's log with failed metric exports
+                    report.problem(
+                        f"the OTLP endpoint {shown} does not take {signal} ({why})",
+                        f"send {signal} elsewhere with OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT, or turn "
+                        f"them off with OTEL_{signal.upper()}_EXPORTER=none",
+                    )
             else:
                 report.say(f"  {signal}: {description}")
             exporter.shutdown()

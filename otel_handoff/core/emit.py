@@ -74,6 +74,8 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
         if recording:  # sampled out (or a NoOp provider): so are its children
             if record.error is not None:
                 set_error(span, record.error)
+            elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
+                set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
             for phase in record.phases:
                 _child(tracer, phase, inside, end_ns)

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from .quiet import QuietSpanExporter
+from .settings import what_to_check
 
 _LOG = logging.getLogger("otel_handoff")
 
@@ -49,7 +50,8 @@ class ExitReport:
     def line(self) -> str | None:
         if not self.undelivered:
             return None
-        return f"otel-handoff: {self.undelivered} span(s) were not delivered: {self.why}."
+        lost = f"otel-handoff: {self.undelivered} span(s) were not delivered: {self.why}"
+        return f"{lost}; {what_to_check('traces')}."
 
 
 def shutdown_within(

@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from .credentials import redact
-from .settings import Signal
+from .settings import Signal, what_to_check
 
 _LOG = logging.getLogger("otel_handoff")
 T = TypeVar("T")
@@ -66,7 +66,7 @@ class Outage:
     """
 
     def __init__(self, signal: Signal, exporter: object, target: str) -> None:
-        self._what = _WHAT[signal]
+        self._what, self._signal = _WHAT[signal], signal
         self.endpoint = target  # where it sends: never shown, its credentials included
         self._target = self.target = redact(target)  # what our lines show
         self.last_reason: str | None = None  # why the last failed export failed
@@ -119,10 +119,11 @@ class Outage:
         elif down and not was_down:
             _LOG.warning(
                 "otel-handoff: cannot export %s to %s (%s); the application is unaffected, telemetry "
-                "for it is dropped until it answers again, further failures are not logged",
+                "for it is dropped until it answers again, further failures are not logged; %s",
                 self._what,
                 self._target,
                 self.last_reason,
+                what_to_check(self._signal),
             )
 
 

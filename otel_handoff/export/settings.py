@@ -212,6 +212,17 @@ def _timeout_in_milliseconds(variable: str, value: str) -> None:
         )
 
 
+def endpoint_variable(signal: Signal) -> str:
+    """The variable that sets where ``signal`` goes: its own, if set, else the shared one."""
+    own, shared = _OTLP_VARIABLES["ENDPOINT"][signal]
+    return own if _first(own) else shared
+
+
+def what_to_check(signal: Signal) -> str:
+    """The clause every export failure line ends with: what to look at, and the tool for it."""
+    return f"check {endpoint_variable(signal)}, or run `otel-handoff doctor`"
+
+
 def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, str] | None:
     """(protocol, endpoint) for OTLP export of ``signal``, or None when a setting is invalid."""
 
