@@ -347,6 +347,28 @@ def test_console_exporter_output(
     assert "first_speech" in pairs[("triage", "billing")]["phases"]  # links survive the console format
 
 
+def test_console_output_mixed_with_the_apps_prints(
+    other_exports: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The app prints to the same stdout as ConsoleSpanExporter: those lines are skipped, counted."""
+    console, _ = other_exports
+    documents = console.read_text(encoding="utf-8").split("\n}\n")
+    mixed = tmp_path / "stdout.txt"
+    mixed.write_text(
+        "agent starting on port 8080\n" + "\n}\nuser said hello (a print between spans)\n".join(documents),
+        encoding="utf-8",
+    )
+    alone = summary_json(capsys, console)
+    assert main(["summary", str(mixed), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["pairs"] == alone["pairs"]
+    skipped = len(documents)  # the first line, and one between each two documents
+    assert f"{skipped} line(s) outside the span documents skipped (the app's own output?)" in err, err
+    (tmp_path / "prints.txt").write_text("hello\nworld\n", encoding="utf-8")
+    assert main(["summary", str(tmp_path / "prints.txt")]) == 2
+    assert "line 1: not JSON, and no span document anywhere in the text" in capsys.readouterr().err
+
+
 def test_ag2_chat_export(other_exports: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     _, ag2 = other_exports
     assert raw_pairs(ag2) == Counter(AG2_PAIRS.keys())

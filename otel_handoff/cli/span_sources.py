@@ -120,21 +120,36 @@ def _documents(text: str, notes: list[str]) -> Iterator[tuple[str, Any]]:
                 return
             yield f"line {number}", _loads(line, number)
         return
+    # documents one after another; a line outside them that does not open one is the app's own
+    # output sharing stdout with ConsoleSpanExporter: skipped, and counted
     decoder = json.JSONDecoder()
-    position = 0
+    position, found, skipped = 0, 0, []
     while True:
         while position < len(text) and text[position].isspace():
             position += 1
         if position >= len(text):
-            return
+            break
         line = text.count("\n", 0, position) + 1
+        if text[position] not in "{[":
+            end = text.find("\n", position)
+            position = len(text) if end < 0 else end + 1
+            skipped.append(line)
+            continue
         try:
             document, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as exc:
             raise SpanSourceError(
                 f"line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
             ) from None
+        found += 1
         yield f"line {line}", document
+    if skipped and not found:
+        raise SpanSourceError(f"line {skipped[0]}: not JSON, and no span document anywhere in the text")
+    if skipped:
+        notes.append(
+            f"{len(skipped)} line(s) outside the span documents skipped (the app's own output?), "
+            f"the first at line {skipped[0]}"
+        )
 
 
 def _is_json(line: str) -> bool:
