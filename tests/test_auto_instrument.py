@@ -79,6 +79,18 @@ def test_opentelemetry_instrument_picks_up_the_entry_point(rotel: Rotel) -> None
     assert handoff["attributes"][sc.FRAMEWORK] == "livekit-agents"
 
 
+def test_opentelemetry_instrument_without_a_distro_says_so(rotel: Rotel) -> None:
+    """Without opentelemetry-distro nothing sets up the SDK (simulated: no distro, no configurator
+    by those names): one line says what to install, where there was silence."""
+    from otel_handoff.core.instrumentor import NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT
+
+    command = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)]
+    result = run(command, rotel, OTEL_PYTHON_DISTRO="absent", OTEL_PYTHON_CONFIGURATOR="absent")
+    assert result.stderr.count(NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT) == 1, result.stderr[-3000:]
+    with_distro = run(command, rotel)
+    assert NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT not in with_distro.stderr
+
+
 def test_variable_and_opentelemetry_instrument_instrument_once(rotel: Rotel) -> None:
     command = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)]
     result = run(command, rotel, OTEL_HANDOFF_AUTO_INSTRUMENT="yes")

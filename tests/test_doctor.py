@@ -66,3 +66,10 @@ def test_a_receiver_that_takes_spans_but_not_metrics(phoenix: Phoenix) -> None:
     )
     assert "OTEL_METRICS_EXPORTER=none" in result.stdout
     assert doctor(**settings, OTEL_METRICS_EXPORTER="none").returncode == 0
+
+
+def test_says_whether_opentelemetry_instrument_would_set_up_the_sdk() -> None:
+    assert "opentelemetry-instrument: sets up the SDK" in doctor().stdout  # the test venv has the distro
+    without = doctor(OTEL_PYTHON_CONFIGURATOR="absent").stdout  # as if it were not installed
+    assert "opentelemetry-instrument: would export nothing" in without
+    assert "pip install opentelemetry-distro" in without

@@ -104,6 +104,22 @@ def _auto_instrumentation(report: Report) -> None:
             )
     else:
         report.say(f"  {_auto.ENV}={shown}: off (instrument in code, or run under opentelemetry-instrument)")
+    report.say(f"  opentelemetry-instrument: {_sdk_under_opentelemetry_instrument()}")
+
+
+def _sdk_under_opentelemetry_instrument() -> str:
+    """Whether ``opentelemetry-instrument`` would set up an SDK: a configurator (the distro's) must
+    be installed, and be the one OTEL_PYTHON_CONFIGURATOR names, if it names one."""
+    from importlib.metadata import entry_points
+
+    wanted = os.environ.get("OTEL_PYTHON_CONFIGURATOR")
+    found = [ep for ep in entry_points(group="opentelemetry_configurator") if wanted in (None, ep.name)]
+    if found:
+        return f"sets up the SDK ({found[0].value.split(':')[0]})"
+    return (
+        "would export nothing, no SDK configurator: pip install opentelemetry-distro to use it "
+        f"(or {_auto.ENV}=true, or configure())"
+    )
 
 
 def _probe(signal: str, kind: str, endpoint: str) -> str | None:

@@ -24,6 +24,29 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.28.0"
 METER_SCOPE = "otel_handoff"  # one meter for every framework's handoff metrics
 
 
+_NO_SDK_WARNED: list[bool] = []
+# what `opentelemetry-instrument` imports (its sitecustomize) before it loads the instrumentors
+_AUTO_INSTRUMENTATION = "opentelemetry.instrumentation.auto_instrumentation"
+NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT = (
+    "otel-handoff: opentelemetry-instrument loaded the handoff instrumentation, but no "
+    "OpenTelemetry SDK is set up, so nothing will be exported: pip install opentelemetry-distro "
+    "(it sets up the SDK from the OTEL_* variables), or set OTEL_HANDOFF_AUTO_INSTRUMENT=true, or "
+    "call otel_handoff.configure()"
+)
+
+
+def _warn_if_nothing_exports() -> None:
+    """Under ``opentelemetry-instrument`` without a distro, the SDK is never set up: spans go
+    nowhere and nothing says so. One line, once per process, says what to install."""
+    import sys
+
+    if _NO_SDK_WARNED or _AUTO_INSTRUMENTATION not in sys.modules:
+        return
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        _NO_SDK_WARNED.append(True)
+        logging.getLogger("otel_handoff").warning(NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT)
+
+
 class HandoffInstrumentor(BaseInstrumentor):
     """Counts as instrumented only when ``_instrument()`` wrapped something.
 
@@ -39,6 +62,8 @@ class HandoffInstrumentor(BaseInstrumentor):
         result = super().instrument(**kwargs)
         if not type(self)._wrapped:
             self._is_instrumented_by_opentelemetry = False
+        elif "tracer_provider" not in kwargs:
+            _warn_if_nothing_exports()
         return result
 
     def wrap_all(
