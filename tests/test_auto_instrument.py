@@ -6,6 +6,7 @@ An unmodified offline agent (tests/scripts/offline_agent.py) is run the way a us
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -239,3 +240,29 @@ def test_unmodified_openai_agents_app_exports_handoffs(rotel: Rotel, how: str) -
     phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
     assert phases == {sc.SPAN_ON_HANDOFF, sc.SPAN_SETUP, sc.SPAN_FIRST_OUTPUT}
     assert handoff["resource"]["service.name"] == "auto-agent"
+
+
+LAZY_APP = Path(__file__).resolve().parent / "scripts" / "lazy_app.py"
+
+
+@pytest.mark.parametrize("how", ["configure", "opentelemetry-instrument", "uninstrument"])
+def test_no_framework_imported_that_the_app_does_not_use(how: str) -> None:
+    """Every framework installed, an OpenAI-only app: configure() and opentelemetry-instrument import
+    none of the others, and instrument the SDK when the app imports it; an instrumentor undone
+    before that import leaves it alone."""
+    command = [sys.executable, str(LAZY_APP), "plain" if how == "opentelemetry-instrument" else how]
+    if how == "opentelemetry-instrument":
+        command.insert(0, str(BIN / "opentelemetry-instrument"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {"OTEL_TRACES_EXPORTER": "console", "OTEL_METRICS_EXPORTER": "none"}
+    # openinference's instrumentor (installed for other tests) imports the SDK at start-up itself
+    env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "openai_agents"
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    [line] = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
+    report = json.loads(line.removeprefix("REPORT "))
+    assert report["imported_before_the_app"] == []
+    assert report["imported"] == ["agents"]
+    assert report["instrumented"] is (how != "uninstrument")
+    handoff_spans = result.stdout.count('"name": "agent_handoff"')
+    assert handoff_spans == (0 if how == "uninstrument" else 1), result.stdout[-2000:]

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.instrumentation.utils import unwrap
 from packaging.version import Version
-from wrapt import wrap_function_wrapper
+from wrapt import register_post_import_hook, wrap_function_wrapper
 
 from ..version import __version__
 from . import schema as sc
@@ -35,11 +36,17 @@ NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT = (
 )
 
 
+def _framework_modules(cls: type) -> tuple[str, ...]:
+    """The modules whose import means the app uses ``cls``'s framework (the framework registry)."""
+    from .frameworks import FRAMEWORKS
+
+    path = f"{cls.__module__}:{cls.__qualname__}"
+    return next((framework.modules for framework in FRAMEWORKS if framework.instrumentor == path), ())
+
+
 def _warn_if_nothing_exports() -> None:
     """Under ``opentelemetry-instrument`` without a distro, the SDK is never set up: spans go
     nowhere and nothing says so. One line, once per process, says what to install."""
-    import sys
-
     if _NO_SDK_WARNED or _AUTO_INSTRUMENTATION not in sys.modules:
         return
     if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
@@ -57,14 +64,50 @@ class HandoffInstrumentor(BaseInstrumentor):
 
     # (module, name, defined on the owner itself rather than inherited) of every wrap point in place
     _wrapped: tuple[tuple[str, str, bool], ...] = ()
+    # set while instrumentation waits for the app to import the framework (see instrument())
+    _pending: object | None = None
 
     def instrument(self, **kwargs: Any) -> Any:
+        """Instrument now if the app has imported the framework, else when it does.
+
+        ``configure()``, ``opentelemetry-instrument`` and the variable instrument every installed
+        framework; importing each (seconds of start-up, their banners) for an app that uses one
+        would be ours to pay. A post-import hook (wrapt's) waits for the app's own import instead.
+        """
+        modules = _framework_modules(type(self))
+        if modules and not any(module in sys.modules for module in modules):
+            self._instrument_when_imported(modules, kwargs)
+            return None
         result = super().instrument(**kwargs)
         if not type(self)._wrapped:
             self._is_instrumented_by_opentelemetry = False
         elif "tracer_provider" not in kwargs:
             _warn_if_nothing_exports()
         return result
+
+    def _instrument_when_imported(self, modules: tuple[str, ...], kwargs: dict[str, Any]) -> None:
+        cls = type(self)
+        if cls._pending is not None:
+            return  # already waiting
+        token = cls._pending = object()
+
+        def on_import(_: Any) -> None:
+            if cls._pending is not token:
+                return  # uninstrumented meanwhile, or another of the framework's modules came first
+            cls._pending = None
+            try:
+                self.instrument(**kwargs)
+            except Exception as exc:  # the app's import goes on
+                report(f"instrumenting {cls.__name__} on import", exc)
+
+        for module in modules:
+            register_post_import_hook(on_import, module)
+
+    def uninstrument(self, **kwargs: Any) -> Any:
+        if type(self)._pending is not None:  # never instrumented: only stop waiting
+            type(self)._pending = None
+            return None
+        return super().uninstrument(**kwargs)
 
     def wrap_all(
         self,
