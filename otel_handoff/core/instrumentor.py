@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from packaging.version import Version
 from wrapt import register_post_import_hook, wrap_function_wrapper

@@ -48,7 +48,8 @@ def _captured_warnings(logger_names: Iterable[str]) -> Iterator[list[str]]:
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
     previous = getattr(_capture, "sink", None)
-    _capture.sink = sink = []
+    sink: list[str] = []
+    _capture.sink = sink
     try:
         yield sink
     finally:

@@ -140,6 +140,7 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
         if self._rejection_log is not None:
             logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
             self._rejection_log = None
-        if type(self)._telemetry is not None:
-            unwrap_each(type(self)._telemetry.lazily_wrapped)
+        telemetry = type(self)._telemetry
+        if telemetry is not None:
+            unwrap_each(telemetry.lazily_wrapped)
             type(self)._telemetry = None

@@ -112,7 +112,7 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             type(self)._telemetry = telemetry
             manager = importlib.import_module(_MANAGER)
             if getattr(manager, "warnings", None) is warnings:  # Flows' plain warnings.warn calls
-                manager.warnings = AttributedWarnings()
+                setattr(manager, "warnings", AttributedWarnings())  # noqa: B010 (a module's global)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
@@ -127,5 +127,5 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
         self.unwrap_all()
         manager = sys.modules.get(_MANAGER)
         if isinstance(getattr(manager, "warnings", None), AttributedWarnings):
-            manager.warnings = warnings
+            setattr(manager, "warnings", warnings)  # noqa: B010 (a module's global)
         cls._telemetry = None
