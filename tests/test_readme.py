@@ -102,10 +102,10 @@ def test_there_are_examples_to_check() -> None:
 
 @pytest.mark.parametrize(("page", "command", "body"), examples(), ids=lambda v: v if "\n" not in v else "")
 def test_each_example_is_the_commands_real_output(page: str, command: str, body: str, workdir: Path) -> None:
-    """The example's lines are the real output's, in order and next to each other, but where `…`
-    stands for lines left out (an example may start anywhere in the output)."""
+    """The example's lines are the real output's, in order and next to each other, from its first
+    line to its last, but where `…` stands for lines left out (at the start and end too)."""
     output = [normalized(line) for line in run(command, workdir).splitlines()]
-    position, skip = 0, True
+    position, skip = 0, False
     for line in body.splitlines():
         if line.strip() == "…":
             skip = True
@@ -115,3 +115,5 @@ def test_each_example_is_the_commands_real_output(page: str, command: str, body:
         found = next((i for i in candidates if output[i] == want), None)
         assert found is not None, f"{page}: `{command}`: not in its output at line {position}: {line!r}"
         position, skip = found + 1, False
+    rest = [line for line in output[position:] if line]
+    assert skip or not rest, f"{page}: `{command}`: output goes on without a `…`: {rest[0]!r}"
