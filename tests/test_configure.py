@@ -482,24 +482,36 @@ async def test_unreachable_endpoint_costs_handoffs_nothing_and_warns_once(
     env.setenv("OTEL_BSP_SCHEDULE_DELAY", "1")
     env.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")
     exports: list[tuple[int, int, SpanExportResult]] = []
+    running: list[int] = []  # start times of the exports in flight
     quiet_export = export_quiet.QuietSpanExporter.export
 
     def timed_export(self: Any, spans: Any) -> SpanExportResult:
         start = time.time_ns()
-        result = quiet_export(self, spans)
+        running.append(start)
+        try:
+            result = quiet_export(self, spans)
+        finally:
+            running.remove(start)
         exports.append((start, time.time_ns(), result))
         return result
+
+    async def until(condition: Any, what: str) -> None:
+        deadline = time.monotonic() + 15
+        while not condition() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        assert condition(), what
 
     env.setattr(export_quiet.QuietSpanExporter, "export", timed_export)
     caplog.clear()
     configuration, memory = configured_with_memory()
     await handoffs(3)
     # the first export has failed (its retries run in the exporter's thread, not on this loop)
-    deadline = time.monotonic() + 15
-    while not exports and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)
-    assert exports, "no export was attempted"
-    await handoffs(3)
+    await until(lambda: exports, "no export was attempted")
+    # one more handoff starts an export; the last two run while it is blocked in its retries
+    before = time.time_ns()
+    await handoffs(1)
+    await until(lambda: any(start >= before for start in running), "no export of the next handoff")
+    await handoffs(2)
     await asyncio.to_thread(configuration.tracer_provider.force_flush, 10_000)
 
     spans = handoff_spans(memory)
