@@ -129,6 +129,11 @@ PRIVATE_TEXTS = (
     # Pipecat Flows: node role and task messages
     "You are the ",
     "Help at the ",
+    # Google ADK: instructions, replies, the model-written transfer reason
+    "You are billing",
+    "You are triage",
+    "invoice was paid",
+    "asked about an invoice",
 )
 
 

@@ -28,6 +28,7 @@ def test_absent_framework_is_silent_and_not_instrumented(
         instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
     assert [r for r in caplog.records if r.levelno >= logging.INFO] == []
     assert not instrumentor.is_instrumented_by_opentelemetry
+    instrumentor.uninstrument()  # stop waiting for ag2's import, which a later test makes
 
 
 def test_instrument_after_wrapping_nothing_is_not_turned_away(

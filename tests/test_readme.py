@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import environments
 import pytest
 
 from otel_handoff.core import schema as sc
@@ -85,8 +86,11 @@ def run(command: str, workdir: Path) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")} | {"NO_COLOR": "1"} | settings
     if argv[1:2] == ["summary"] and not (workdir / argv[2]).exists():
         run(f"otel-handoff demo --export {argv[2]}", workdir)
+    python = sys.executable
+    if argv[1:2] == ["demo"] and "--framework" in argv:  # maybe a framework with an environment of its own
+        python = environments.python_for(argv[argv.index("--framework") + 1])
     result = subprocess.run(
-        [sys.executable, "-m", "otel_handoff", *argv[1:]],
+        [python, "-m", "otel_handoff", *argv[1:]],
         cwd=workdir,
         env=env,
         capture_output=True,

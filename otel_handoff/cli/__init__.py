@@ -19,6 +19,7 @@ _DEMOS = {
     "ag2": ("demo_ag2", "run_ag2_demo"),
     "pipecat": ("demo_pipecat", "run_pipecat_demo"),
     "openai-agents": ("demo_openai_agents", "run_openai_agents_demo"),
+    "google-adk": ("demo_google_adk", "run_google_adk_demo"),
 }
 
 
@@ -43,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(_DEMOS),
         default="livekit",
         help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
-        "pipecat: Pipecat Flows; openai-agents: an OpenAI Agents SDK text run and realtime session",
+        "pipecat: Pipecat Flows; openai-agents: an OpenAI Agents SDK text run and realtime session; "
+        "google-adk: a Google ADK text run and live session",
     )
     summary = commands.add_parser(
         "summary",

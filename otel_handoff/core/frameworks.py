@@ -110,6 +110,24 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="openai-agents",
         duration="the model's handoff call to the new agent's first output",
     ),
+    Framework(
+        key="google-adk",
+        title="Google ADK (text runs, live sessions)",
+        entry_point="google_adk_handoff",
+        instrumentor="otel_handoff.google_adk:GoogleADKHandoffInstrumentor",
+        extra="google-adk",
+        extra_requires=("google-adk>=1.39.1",),
+        instruments=("google-adk>=1.39.1",),
+        distributions=("google-adk",),
+        modules=("google.adk",),
+        starts_at=(
+            ("google.adk.runners", "Runner.run_async"),
+            ("google.adk.runners", "Runner.run_live"),
+        ),
+        demo_module="google.adk",
+        span_framework="google-adk",
+        duration="the transfer call to the new agent's first output (live: its first audio)",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}

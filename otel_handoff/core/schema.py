@@ -248,6 +248,42 @@ PHASE_SESSION_UPDATE = "session_update"
 PHASE_RESPONSE_DRAIN = "response_drain"
 PHASE_FIRST_AUDIO = "first_audio"
 
+# --- Google ADK ----------------------------------------------------------------------------
+# transfers through EventActions.transfer_to_agent, in text runs (Runner.run_async) and live
+# (voice) sessions (Runner.run_live)
+FRAMEWORK_GOOGLE_ADK = "google-adk"
+
+SPAN_TOOL = "agent_handoff.tool"
+SPAN_DELIVERY = "agent_handoff.delivery"
+SPAN_TRANSFER_DELAY = "agent_handoff.transfer_delay"
+SPAN_CONNECT = "agent_handoff.connect"
+SPAN_SEND_HISTORY = "agent_handoff.send_history"
+
+TOOL_DURATION = "agent_handoff.tool.duration"
+DELIVERY_DURATION = "agent_handoff.delivery.duration"
+TRANSFER_DELAY_DURATION = "agent_handoff.transfer_delay.duration"
+CONNECT_DURATION = "agent_handoff.connect.duration"
+SEND_HISTORY_DURATION = "agent_handoff.send_history.duration"
+
+# the framework's fixed wait before a live transfer, in seconds, as configured in the release
+TRANSFER_DELAY_CONFIGURED = "agent_handoff.transfer_delay.configured"
+FRAMEWORK_INVOCATION_ID = "agent_handoff.framework.invocation_id"  # ADK: one run's invocation (e-…)
+FRAMEWORK_PATH = "agent_handoff.framework.path"  # ADK: which runtime switched agents
+
+TRIGGER_LIVE_TOOL = "live_tool"
+TRIGGER_EVENT = "event"  # ADK: an event (not a tool) set the transfer
+PATH_NODE = "node"  # google-adk 2.x node runtime (an LlmAgent root): the scheduler starts the new agent
+PATH_NESTED = "nested"  # the new agent runs inside the old one's flow (other roots, 1.x)
+PATH_LIVE = "live"  # a live session: the new agent runs inside the old one's live flow
+REJECTED_UNKNOWN_AGENT = "unknown_agent"  # the agent tree has no agent of that name
+REJECTED_NOT_ALLOWED = "transfer_not_allowed"  # disallow_transfer_to_parent/peers ruled it out
+
+PHASE_TOOL = "tool"
+PHASE_DELIVERY = "delivery"
+PHASE_TRANSFER_DELAY = "transfer_delay"
+PHASE_CONNECT = "connect"
+PHASE_SEND_HISTORY = "send_history"
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
@@ -277,11 +313,14 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_QUEUE_WAIT, SPAN_QUEUE_WAIT, QUEUE_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_LOCK_WAIT, SPAN_LOCK_WAIT, LOCK_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_HANDLER, SPAN_HANDLER, HANDLER_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_TOOL, SPAN_TOOL, TOOL_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_DELIVERY, SPAN_DELIVERY, DELIVERY_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_ON_HANDOFF, SPAN_ON_HANDOFF, ON_HANDOFF_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_HOOKS, SPAN_HOOKS, HOOKS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_INPUT_FILTER, SPAN_INPUT_FILTER, INPUT_FILTER_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SETTINGS, SPAN_SETTINGS, SETTINGS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_FUNCTION_CALL_WAIT, SPAN_FUNCTION_CALL_WAIT, FUNCTION_CALL_WAIT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_TRANSFER_DELAY, SPAN_TRANSFER_DELAY, TRANSFER_DELAY_DURATION, ROLE_WAIT),
     PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK),
     PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK),
     PhaseSpec(CLOSE, SPAN_CLOSE, CLOSE_DURATION, ROLE_WORK),
@@ -293,6 +332,8 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
     PhaseSpec(PHASE_POST_ACTIONS, SPAN_POST_ACTIONS, POST_ACTIONS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SETUP, SPAN_SETUP, SETUP_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_CONNECT, SPAN_CONNECT, CONNECT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_SEND_HISTORY, SPAN_SEND_HISTORY, SEND_HISTORY_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SESSION_UPDATE, SPAN_SESSION_UPDATE, SESSION_UPDATE_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_RESPONSE_DRAIN, SPAN_RESPONSE_DRAIN, RESPONSE_DRAIN_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_OUTPUT, SPAN_FIRST_OUTPUT, FIRST_OUTPUT_DURATION, ROLE_WAIT),

@@ -1,0 +1,71 @@
+"""Environments of their own, for frameworks that cannot share the suite's.
+
+google-adk caps opentelemetry-sdk (2.13: <= 1.44) below what livekit-agents 1.8 needs (1.45), so
+no single environment holds both. The suite makes ``.venv-google-adk`` beside ``.venv-test`` (once;
+again when pyproject.toml or the requirements here change), with everything ADK's tests use,
+resolved in one pip call so the pins hold.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROTEL_VERSION = re.search(r'ROTEL_VERSION="([^"]+)"', (ROOT / ".ci" / "install-receivers.sh").read_text())
+ADK_REQUIREMENTS = [
+    "-e",
+    ".[google-adk]",
+    "opentelemetry-distro",  # what opentelemetry-instrument users install
+    "openinference-instrumentation-google-adk",  # ours beside theirs
+    f"rotel=={ROTEL_VERSION.group(1) if ROTEL_VERSION else ''}",
+    "pytest>=8",
+    "pytest-asyncio>=0.24",
+    "hypothesis>=6",
+    "pyyaml>=6",
+]
+
+
+def environment(name: str, requirements: list[str]) -> Path:
+    """``ROOT/name``, a virtual environment with ``requirements``, made unless already made so."""
+    venv = ROOT / name
+    stamp = hashlib.sha256(
+        "\n".join([*requirements, (ROOT / "pyproject.toml").read_text()]).encode()
+    ).hexdigest()
+    marker = venv / "otel-handoff-requirements.sha256"
+    if marker.exists() and marker.read_text() == stamp:
+        return venv
+    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
+    install = subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *requirements],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+    marker.write_text(stamp)
+    return venv
+
+
+# framework key -> (its environment's folder, what it holds)
+OWN_ENVIRONMENTS = {"google-adk": (".venv-google-adk", ADK_REQUIREMENTS)}
+
+
+def python_for(framework: str) -> str:
+    """The Python that has ``framework``: this one, or its own environment's (made if need be)."""
+    from otel_handoff.core.frameworks import BY_KEY
+
+    module = BY_KEY[framework].demo_module
+    try:
+        importable = importlib.util.find_spec(module) is not None
+    except ImportError:
+        importable = False
+    if importable or framework not in OWN_ENVIRONMENTS:
+        return sys.executable
+    name, requirements = OWN_ENVIRONMENTS[framework]
+    return str(environment(name, requirements) / "bin" / "python")
