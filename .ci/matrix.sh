@@ -26,6 +26,7 @@ else
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
     "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
     "openai-agents==0.21.0|$PY311" "openai-agents==0.24.0|$PY311" "openai-agents|$PY311"
+    "google-adk==1.39.1|$PY311" "google-adk==2.0.0|$PY311" "google-adk|$PY311"
   )
 fi
 
@@ -44,6 +45,9 @@ for cell in "${CELLS[@]}"; do
     pipecat-ai) tests=(tests/test_pipecat_*.py); extra=() ;;  # ~500 MB each: pip's cache serves the second
     # openinference replaces the SDK's trace processors: ours must survive it on every release
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
+    # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
+    google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py)
+      extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     *) echo "unknown framework in $spec"; exit 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

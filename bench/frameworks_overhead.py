@@ -12,6 +12,9 @@ Goal (issue 21): (C - A) / F <= 1.10 for every framework.
 
     python bench/frameworks_overhead.py            # 5 runs of each scenario
     python bench/frameworks_overhead.py --runs 9
+    .venv-google-adk/bin/python bench/frameworks_overhead.py   # Google ADK, in its own environment
+
+Each run measures the frameworks installed where it runs and keeps the others' last rows.
 
 LiveKit is measured by ``handoff_overhead.py`` (wall time, memory and Python work).
 """
@@ -108,6 +111,24 @@ def _scenarios() -> list[Scenario]:
             Scenario(
                 "openai-agents", "realtime session, 1 handoff", realtime, OpenAIAgentsHandoffInstrumentor, 1
             )
+        )
+    except ImportError:
+        pass
+    try:  # in ADK's own environment (.venv-google-adk): it cannot share one with livekit-agents
+        from otel_handoff.cli.offline import google_adk as ga
+        from otel_handoff.google_adk import GoogleADKHandoffInstrumentor
+
+        async def adk_text() -> None:
+            await ga.run_text(ga.text_agents(triage_latency=0.0, billing_latency=0.0, instructions_delay=0.0))
+
+        async def adk_live() -> None:
+            await ga.run_live(ga.live_agents(connect_delay=0.0, first_audio_delay=0.0))
+
+        found.append(
+            Scenario("google-adk", "text run, 1 transfer", adk_text, GoogleADKHandoffInstrumentor, 1)
+        )
+        found.append(
+            Scenario("google-adk", "live session, 1 transfer", adk_live, GoogleADKHandoffInstrumentor, 1)
         )
     except ImportError:
         pass
@@ -246,6 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
     rows = [measure(scenario, args.runs) for scenario in _scenarios()]
+    measured = {row["framework"] for row in rows}
+    previous = RESULTS / "frameworks.json"
+    if previous.exists():  # the frameworks of other environments keep their last figures
+        kept = [row for row in json.loads(previous.read_text()) if row["framework"] not in measured]
+        rows = kept + rows
     text = markdown(rows)
     print(text)
     RESULTS.mkdir(exist_ok=True)

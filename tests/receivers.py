@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import environments
 import netns
 import pytest
 from netns import stop
@@ -518,8 +519,9 @@ def run_demo(workdir: Path, framework: str = "livekit", **env: str) -> DemoRun:
     """``otel-handoff demo --framework F --export FILE`` with ``env`` added to a clean environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     export = workdir / f"demo-{next(_runs)}.jsonl"
+    python = environments.python_for(framework)  # this one, or the framework's own environment's
     result = subprocess.run(
-        [sys.executable, "-m", "otel_handoff", "demo", "--framework", framework, "--export", str(export)],
+        [python, "-m", "otel_handoff", "demo", "--framework", framework, "--export", str(export)],
         env=clean_env(**env),
         capture_output=True,
         text=True,

@@ -19,9 +19,7 @@ from typing import Any
 import pytest
 import wrapt
 
-pytest.importorskip(
-    "google.adk", reason="google-adk runs in its own environment (test_google_adk_environment)"
-)
+pytest.importorskip("google.adk", reason="google-adk runs in its own environment (test_environments)")
 
 import itertools
 
@@ -523,6 +521,8 @@ async def test_beside_openinference(instrument: Any, spans: Spans) -> None:
 
     other = instrumentation.GoogleADKInstrumentor()
     other.instrument(tracer_provider=PROVIDER)
+    if not other.is_instrumented_by_opentelemetry:  # it declares the ADK releases it supports
+        pytest.skip(f"openinference's ADK instrumentation refuses google-adk {ga_version()}")
     try:
         instrument(GoogleADKHandoffInstrumentor)
         result = await ga.run_text(ga.text_agents(instructions_delay=0.0))

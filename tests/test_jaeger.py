@@ -36,6 +36,7 @@ DEMOS = {  # framework -> the framework's own span each handoff hangs under, at 
     "ag2": "network.envelope",  # AG2's envelope spans: roots, linked to their channel's
     "pipecat": sc.SPAN_CHAT,
     "openai-agents": None,  # the realtime handoff is a root; the text chain hangs off our chat root
+    "google-adk": "invoke_",  # ADK's invoke_workflow (text, node runtime) and invoke_agent (live)
 }
 # Jaeger keeps span times in microseconds (start and duration each truncated): a duration read
 # back may differ from the exported one by less than 2 µs

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from opentelemetry import trace
+
 from ..google_adk import GoogleADKHandoffInstrumentor
 from .demo_export import DemoResult, DemoTracing
 from .offline import google_adk as ga
@@ -27,6 +29,9 @@ LIVE_SESSION = "demo-live-session"
 async def run_google_adk_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run the text and the live transfer; return their spans."""
     tracing = DemoTracing.create(export_path)
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        # ADK traces on the global provider: the demo's, so each handoff shows inside ADK's trace
+        trace.set_tracer_provider(tracing.provider)
     instrumentor = GoogleADKHandoffInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:
         raise RuntimeError("run_google_adk_demo instruments ADK itself: uninstrument it first")

@@ -37,6 +37,8 @@ class AdkTelemetry(HandoffTelemetry):
     """What every wrapper needs, built once at ``instrument()``."""
 
     transfer_delay: float | None = None  # the release's DEFAULT_TRANSFER_AGENT_DELAY, if found
+    # text transfers whose new agent's model call runs: only then does a partial response matter
+    awaiting_output: int = 0
     runs: dict[str, Run] = field(default_factory=dict)  # session id -> its run in progress
     # session -> its conversation (handoff count), the most recently used last
     conversations: OrderedDict[tuple[str, str, str], Conversation] = field(default_factory=OrderedDict)
@@ -159,6 +161,7 @@ class Run:
         for transfer in self.transfers:
             if transfer.to_agent == agent and transfer.fr_out_ns and not transfer.model_start_ns:
                 transfer.model_start_ns = now
+                self.telemetry.awaiting_output += 1
 
     def awaits_model_call(self, agent: str) -> bool:
         return any(t.to_agent == agent and t.fr_out_ns and not t.model_start_ns for t in self.transfers)
@@ -323,6 +326,8 @@ class Transfer:
         """One record: completed when the new agent ``spoke``, else how it ended (``rejected``,
         with or without the ``error`` ADK raised for it, or the run's end)."""
         run = self.run
+        if self.model_start_ns:
+            run.telemetry.awaiting_output -= 1
         attributes: dict[str, Any] = {}
         outcome = sc.OUTCOME_COMPLETED
         if rejected is not None:

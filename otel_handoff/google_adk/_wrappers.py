@@ -192,8 +192,11 @@ async def _new_agent_model_call(run: Run, callbacks: Any, kwargs: dict[str, Any]
 
 
 def wrap_after_model(telemetry: AdkTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """A model response (each partial one too): the transfer's start, or the new agent's output."""
+    """A model response: a whole one may ask for a transfer (its time is the transfer's start); a
+    partial one (SSE streaming, per token) matters only as a new agent's first output."""
     try:
+        if not telemetry.runs or (kwargs["llm_response"].partial and not telemetry.awaiting_output):
+            return wrapped(*args, **kwargs)
         context = kwargs["callback_context"]
         run = _run_of(telemetry, context)
         if run is not None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.live_request_queue import LiveRequestQueue
-from google.adk.agents.run_config import RunConfig
+from google.adk.agents.run_config import RunConfig, StreamingMode
 from google.adk.models.base_llm import BaseLlm
 from google.adk.models.base_llm_connection import BaseLlmConnection
 from google.adk.models.llm_response import LlmResponse
@@ -67,7 +67,18 @@ class ScriptedLlm(BaseLlm):
 
     async def generate_content_async(self, llm_request: Any, stream: bool = False) -> AsyncIterator[Any]:
         await asyncio.sleep(self.latency)
-        yield self.script.pop(0)
+        answer = self.script.pop(0)
+        for response in answer if isinstance(answer, list) else [answer]:  # a list: streamed
+            yield response
+
+
+def streamed_reply(chunks: int, word: str = "ok ") -> list[LlmResponse]:
+    """A streamed answer: ``chunks`` partial responses (SSE mode), then the whole text."""
+    partial = [
+        LlmResponse(content=types.Content(role="model", parts=[types.Part(text=word)]), partial=True)
+        for _ in range(chunks)
+    ]
+    return [*partial, reply(word * chunks)]
 
 
 def slow_instruction(text: str, delay: float) -> Callable[[Any], Awaitable[str]]:
@@ -125,11 +136,13 @@ def message(text: str) -> types.Content:
 async def run_text(
     root: Any,
     *,
+    streaming: bool = False,
     consumer_delay: float = 0.0,
     session_id: str | None = None,
     text: str = "Why was I charged twice?",
 ) -> RunResult:
-    """One ``run_async`` turn, the app's loop taking ``consumer_delay`` seconds per event."""
+    """One ``run_async`` turn, the app's loop taking ``consumer_delay`` seconds per event
+    (``streaming``: SSE mode, partial responses reach the app as events too)."""
     with quiet_adk_notices():
         runner = InMemoryRunner(agent=root, app_name=APP)
         session = await runner.session_service.create_session(
@@ -137,8 +150,9 @@ async def run_text(
         )
         result = RunResult(session.id)
         try:
+            config = RunConfig(streaming_mode=StreamingMode.SSE) if streaming else None
             async for event in runner.run_async(
-                user_id=USER, session_id=session.id, new_message=message(text)
+                user_id=USER, session_id=session.id, new_message=message(text), run_config=config
             ):
                 result.events.append(event)
                 if consumer_delay:
@@ -235,13 +249,17 @@ class ScriptedLiveLlm(BaseLlm):
         yield  # pragma: no cover
 
 
-def live_triage(target: str = "billing") -> Scenario:
-    """Triage says a few words, then asks for a transfer."""
+def live_triage(target: str | None = "billing", chunks: int = 3, spacing: float = 0.02) -> Scenario:
+    """Triage says a few words (``chunks`` of audio), then asks for a transfer (or, without a
+    ``target``, ends its turn)."""
 
     async def scenario(connection: ScriptedConnection, kind: str, payload: Any) -> None:
         if kind == "content" and payload.parts and payload.parts[0].text:
-            for _ in range(3):
-                await connection.emit(audio(), 0.02)
+            for _ in range(chunks):
+                await connection.emit(audio(), spacing)
+            if target is None:
+                await connection.emit(LlmResponse(turn_complete=True), spacing)
+                return
             call = types.FunctionCall(
                 id="call-transfer-1", name="transfer_to_agent", args={"agent_name": target}
             )
@@ -251,7 +269,7 @@ def live_triage(target: str = "billing") -> Scenario:
     return scenario
 
 
-def live_billing(first_audio_delay: float = 0.35, chunks: int = 4) -> Scenario:
+def live_billing(first_audio_delay: float = 0.35, chunks: int = 4, spacing: float = 0.02) -> Scenario:
     """The new agent speaks first: the replayed history ends with the transfer's response."""
 
     async def scenario(connection: ScriptedConnection, kind: str, payload: Any) -> None:
@@ -260,8 +278,8 @@ def live_billing(first_audio_delay: float = 0.35, chunks: int = 4) -> Scenario:
             async def speak() -> None:
                 await connection.emit(audio(), first_audio_delay)
                 for _ in range(chunks - 1):
-                    await connection.emit(audio(), 0.02)
-                await connection.emit(LlmResponse(turn_complete=True), 0.02)
+                    await connection.emit(audio(), spacing)
+                await connection.emit(LlmResponse(turn_complete=True), spacing)
 
             connection.later(speak())
 
@@ -274,7 +292,12 @@ def live_agents(
     connect_delay: float = 0.15,
     first_audio_delay: float = 0.35,
     billing_speaks: bool = True,
+    triage_chunks: int = 3,
+    billing_chunks: int = 4,
+    spacing: float = 0.02,
 ) -> LlmAgent:
+    """triage (a live model) with billing as its sub-agent; ``target`` None: triage only talks."""
+
     async def silent(connection: ScriptedConnection, kind: str, payload: Any) -> None:
         return None
 
@@ -284,7 +307,7 @@ def live_agents(
         instruction="You are billing.",
         model=ScriptedLiveLlm(
             model="live-billing",
-            scenario=live_billing(first_audio_delay) if billing_speaks else silent,
+            scenario=live_billing(first_audio_delay, billing_chunks, spacing) if billing_speaks else silent,
             connect_delay=connect_delay,
         ),
     )
@@ -292,15 +315,23 @@ def live_agents(
         name="triage",
         description="Routes the caller.",
         instruction="You are triage.",
-        model=ScriptedLiveLlm(model="live-triage", scenario=live_triage(target), connect_delay=connect_delay),
+        model=ScriptedLiveLlm(
+            model="live-triage",
+            scenario=live_triage(target, triage_chunks, spacing),
+            connect_delay=connect_delay,
+        ),
         sub_agents=[billing],
     )
 
 
 async def run_live(
-    root: Any, *, session_id: str | None = None, hang_up_on_transfer: bool = False
+    root: Any,
+    *,
+    session_id: str | None = None,
+    hang_up_on_transfer: bool = False,
+    until_turn_of: str = "billing",
 ) -> RunResult:
-    """One live session: the caller asks, and hangs up when the new agent's turn completes (or,
+    """One live session: the caller asks, and hangs up when ``until_turn_of``'s turn completes (or,
     with ``hang_up_on_transfer``, as soon as the transfer's event arrives)."""
     with quiet_adk_notices():
         runner = InMemoryRunner(agent=root, app_name=APP)
@@ -323,7 +354,7 @@ async def run_live(
                 async for event in events:
                     result.events.append(event)
                     hang_up = hang_up_on_transfer and event.actions.transfer_to_agent
-                    if hang_up or (event.turn_complete and event.author != "triage"):
+                    if hang_up or (event.turn_complete and event.author == until_turn_of):
                         queue.close()  # the caller hangs up
                         break
         except Exception as exc:
