@@ -534,3 +534,19 @@ async def test_beside_openinference(instrument: Any, spans: Spans) -> None:
     assert theirs, "openinference traced the run"
     assert {s.context.trace_id for s in theirs} == {handoff.context.trace_id}
     assert phase_names(spans, handoff) == TEXT_PHASES
+
+
+async def test_concurrent_sessions_keep_their_own_transfers(traced: Spans) -> None:
+    """Runs interleave on one event loop; each transfer is its own session's, with its phases."""
+    results = await asyncio.gather(
+        *(ga.run_text(ga.text_agents(instructions_delay=0.0), consumer_delay=0.01 * n) for n in range(4))
+    )
+    assert all(result.error is None for result in results)
+    handoffs = traced.handoffs()
+    assert sorted(h.attributes[sc.GEN_AI_CONVERSATION_ID] for h in handoffs) == sorted(
+        result.session_id for result in results
+    )
+    for handoff in handoffs:
+        assert phase_names(traced, handoff) == TEXT_PHASES
+        assert handoff.attributes[sc.SEQUENCE] == 1
+        assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
