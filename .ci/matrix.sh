@@ -27,6 +27,7 @@ else
     "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
     "openai-agents==0.21.0|$PY311" "openai-agents==0.24.0|$PY311" "openai-agents|$PY311"
     "google-adk==1.39.1|$PY311" "google-adk==2.0.0|$PY311" "google-adk|$PY311"
+    "langgraph==1.1.5|$PY311" "langgraph==1.1.10|$PY311" "langgraph|$PY311"
   )
 fi
 
@@ -45,6 +46,8 @@ for cell in "${CELLS[@]}"; do
     pipecat-ai) tests=(tests/test_pipecat_*.py); extra=() ;;  # ~500 MB each: pip's cache serves the second
     # openinference replaces the SDK's trace processors: ours must survive it on every release
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
+    # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
+    langgraph) tests=(tests/test_langgraph.py); extra=(langgraph-swarm langgraph-supervisor openinference-instrumentation-langchain) ;;
     # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
     google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py)
       extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;

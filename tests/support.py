@@ -134,6 +134,12 @@ PRIVATE_TEXTS = (
     "You are triage",
     "invoice was paid",
     "asked about an invoice",
+    # LangGraph: prompts, replies, the handoff tools' messages
+    "You are the supervisor",
+    "Your last invoice",
+    "Billing checked the invoice",
+    "Successfully transferred",
+    "the CRM is down",
 )
 
 

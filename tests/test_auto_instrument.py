@@ -172,7 +172,7 @@ def test_no_framework_installed_warns_once(
         "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT is set but no supported framework is installed; "
         f"{any_hint()}. Nothing is traced."
     ]
-    assert any_hint().endswith("[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk])")
+    assert any_hint().endswith("[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph])")
 
 
 def test_the_start_up_hook_is_installed() -> None:
@@ -242,6 +242,27 @@ def test_unmodified_openai_agents_app_exports_handoffs(rotel: Rotel, how: str) -
     assert attributes[sc.STREAMED] is True
     phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
     assert phases == {sc.SPAN_ON_HANDOFF, sc.SPAN_SETUP, sc.SPAN_FIRST_OUTPUT}
+    assert handoff["resource"]["service.name"] == "auto-agent"
+
+
+LANGGRAPH_APP = Path(__file__).parent / "scripts" / "offline_langgraph.py"
+
+
+@pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
+def test_unmodified_langgraph_app_exports_handoffs(rotel: Rotel, how: str) -> None:
+    pytest.importorskip("langgraph_swarm", reason="needs langgraph and langgraph-swarm")
+    run_unmodified(LANGGRAPH_APP, how, rotel, expect="active agent: billing")
+    [handoff] = handoffs(rotel, 1)
+    attributes = handoff["attributes"]
+    assert (attributes[sc.FRAMEWORK], attributes[sc.TRIGGER], attributes[sc.GEN_AI_TOOL_NAME]) == (
+        sc.FRAMEWORK_LANGGRAPH,
+        "tool",
+        "transfer_to_billing",
+    )
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+    assert attributes[sc.GEN_AI_CONVERSATION_ID] == "t-1"
+    phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
+    assert phases == {sc.SPAN_HANDLER, sc.SPAN_CONTEXT_UPDATE, sc.SPAN_START, sc.SPAN_FIRST_OUTPUT}
     assert handoff["resource"]["service.name"] == "auto-agent"
 
 

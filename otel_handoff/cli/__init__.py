@@ -20,6 +20,7 @@ _DEMOS = {
     "pipecat": ("demo_pipecat", "run_pipecat_demo"),
     "openai-agents": ("demo_openai_agents", "run_openai_agents_demo"),
     "google-adk": ("demo_google_adk", "run_google_adk_demo"),
+    "langgraph": ("demo_langgraph", "run_langgraph_demo"),
 }
 
 
@@ -45,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
         default="livekit",
         help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
         "pipecat: Pipecat Flows; openai-agents: an OpenAI Agents SDK text run and realtime session; "
-        "google-adk: a Google ADK text run and live session",
+        "google-adk: a Google ADK text run and live session; langgraph: a swarm handoff and a supervisor "
+        "delegation",
     )
     summary = commands.add_parser(
         "summary",

@@ -128,6 +128,24 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="google-adk",
         duration="the transfer call to the new agent's first output (live: its first audio)",
     ),
+    Framework(
+        key="langgraph",
+        title="LangGraph (swarm, supervisor, Command handoff tools)",
+        entry_point="langgraph_handoff",
+        instrumentor="otel_handoff.langgraph:LangGraphHandoffInstrumentor",
+        extra="langgraph",
+        extra_requires=("langgraph>=1.1.5", "langgraph-swarm>=0.1.0", "langgraph-supervisor>=0.0.31"),
+        instruments=("langgraph>=1.1.5",),
+        distributions=("langgraph",),
+        modules=("langgraph.pregel",),  # langgraph itself is a namespace package: no import hook fires for it
+        starts_at=(
+            ("langgraph.pregel.main", "Pregel.stream"),
+            ("langgraph.pregel.main", "Pregel.astream"),
+        ),
+        demo_module="langgraph_supervisor",
+        span_framework="langgraph",
+        duration="the handoff tool's start (a hand-back: the worker's end) to the new agent's first output",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}

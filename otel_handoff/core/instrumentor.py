@@ -79,11 +79,17 @@ class HandoffInstrumentor(BaseInstrumentor):
             self._instrument_when_imported(modules, kwargs)
             return None
         result = super().instrument(**kwargs)
-        if not type(self)._wrapped:
+        if not type(self)._in_place():
             self._is_instrumented_by_opentelemetry = False
         elif "tracer_provider" not in kwargs:
             _warn_if_nothing_exports()
         return result
+
+    @classmethod
+    def _in_place(cls) -> bool:
+        """Is anything of ours in place (wrap points; an instrumentor observing through a hook
+        of the framework's says so itself)?"""
+        return bool(cls._wrapped)
 
     def _instrument_when_imported(self, modules: tuple[str, ...], kwargs: dict[str, Any]) -> None:
         cls = type(self)

@@ -284,6 +284,13 @@ PHASE_TRANSFER_DELAY = "transfer_delay"
 PHASE_CONNECT = "connect"
 PHASE_SEND_HISTORY = "send_history"
 
+# --- LangGraph ----------------------------------------------------------------------------------
+# handoffs of multi-agent graphs: a tool returning Command(graph=Command.PARENT), and a supervisor's
+# worker handing back on its edge
+FRAMEWORK_LANGGRAPH = "langgraph"
+TRIGGER_HANDBACK = "handback"  # a worker's static edge back to its supervisor
+REJECTED_TARGET_NOT_RUN = "target_not_run"  # the graph ended without running the handoff's target
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
