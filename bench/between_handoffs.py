@@ -9,6 +9,7 @@ does not move. Each path runs in each state where it runs: no handoff in flight,
 
 Goal (issue 29): (C - A) per event <= 1.0 % of A per event, on every path, in every state.
 
+    python bench/between_handoffs.py                           # LangGraph
     .venv-google-adk/bin/python bench/between_handoffs.py      # Google ADK (its own environment)
 
 Each run measures the frameworks installed where it runs and keeps the others' last rows.
@@ -47,6 +48,44 @@ class Path_:
 
 def _paths() -> list[Path_]:
     found: list[Path_] = []
+    try:
+        from langchain_core.messages import AIMessage
+
+        from otel_handoff.cli.offline import langgraph as lg
+        from otel_handoff.langgraph import LangGraphHandoffInstrumentor
+
+        def tokens(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+            """n streamed tokens of an answer (stream_mode="messages"), by billing after a handoff."""
+
+            async def run(n: int) -> None:
+                if transfer:
+                    graph = lg.swarm(triage_latency=0.0, billing_latency=0.0, billing_words=n)
+                else:
+                    model = lg.ScriptedChatModel(
+                        who="solo", script=[AIMessage(content=" ".join(["w"] * n))], latency=0.0
+                    )
+                    graph = _single(lg.agent("solo", model, [], "s"))
+                await lg.run_async(graph, stream_mode="messages")
+
+            return run
+
+        def steps(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+            """n node steps: a chain of n plain nodes after the agents (after a handoff: the swarm's)."""
+
+            async def run(n: int) -> None:
+                await lg.run_async(_chain(n, transfer))
+
+            return run
+
+        lang = LangGraphHandoffInstrumentor
+        found += [
+            Path_("langgraph", "each streamed token", "no handoff", tokens(False), lang),
+            Path_("langgraph", "each streamed token", "after a handoff", tokens(True), lang),
+            Path_("langgraph", "each node step", "no handoff", steps(False), lang),
+            Path_("langgraph", "each node step", "after a handoff", steps(True), lang),
+        ]
+    except ImportError:
+        pass
     try:
         from otel_handoff.cli.offline import google_adk as ga
         from otel_handoff.google_adk import GoogleADKHandoffInstrumentor
@@ -88,6 +127,36 @@ def _paths() -> list[Path_]:
     except ImportError:
         pass
     return found
+
+
+def _single(agent: Any) -> Any:
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    builder = StateGraph(MessagesState)
+    builder.add_node(agent)
+    builder.add_edge(START, agent.name)
+    return builder.compile(checkpointer=InMemorySaver())
+
+
+def _chain(n: int, transfer: bool) -> Any:
+    """A graph of n plain nodes one after another; with ``transfer``, after a swarm's handoff."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from otel_handoff.cli.offline import langgraph as lg
+
+    builder = StateGraph(MessagesState)
+    previous = START
+    if transfer:
+        builder.add_node("team", lg.swarm(triage_latency=0.0, billing_latency=0.0, checkpointer=False))
+        builder.add_edge(START, "team")
+        previous = "team"
+    for i in range(n):
+        builder.add_node(f"step{i}", lambda state: {})
+        builder.add_edge(previous, f"step{i}")
+        previous = f"step{i}"
+    return builder.compile(checkpointer=InMemorySaver())
 
 
 def _opcodes(run: Callable[[], Any]) -> int:

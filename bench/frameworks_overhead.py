@@ -114,6 +114,24 @@ def _scenarios() -> list[Scenario]:
         )
     except ImportError:
         pass
+    try:
+        from otel_handoff.cli.offline import langgraph as lg
+        from otel_handoff.langgraph import LangGraphHandoffInstrumentor
+
+        async def swarm() -> None:
+            await lg.run_async(lg.swarm(triage_latency=0.0, billing_latency=0.0))
+
+        async def supervised() -> None:
+            await lg.run_async(lg.supervisor(supervisor_latency=0.0, billing_latency=0.0))
+
+        found.append(Scenario("langgraph", "swarm, 1 handoff", swarm, LangGraphHandoffInstrumentor, 1))
+        found.append(
+            Scenario(
+                "langgraph", "supervisor, delegation + hand-back", supervised, LangGraphHandoffInstrumentor, 2
+            )
+        )
+    except ImportError:
+        pass
     try:  # in ADK's own environment (.venv-google-adk): it cannot share one with livekit-agents
         from otel_handoff.cli.offline import google_adk as ga
         from otel_handoff.google_adk import GoogleADKHandoffInstrumentor

@@ -40,16 +40,25 @@ def environment(name: str, requirements: list[str]) -> Path:
     if marker.exists() and marker.read_text() == stamp:
         return venv
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
-    install = subprocess.run(
-        [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check", *requirements],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    # the project and its framework first (seconds); then the rest held to the opentelemetry
+    # releases that chose (pip alone backtracks through every opentelemetry-distro: minutes)
+    _run([*pip, *requirements[:2]])
+    frozen = subprocess.run(
+        [str(venv / "bin" / "pip"), "freeze"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    constraints = venv / "otel-handoff-constraints.txt"
+    constraints.write_text(
+        "".join(f"{line}\n" for line in frozen.splitlines() if line.startswith("opentelemetry-"))
     )
-    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+    _run([*pip, "-c", str(constraints), *requirements[2:]])
     marker.write_text(stamp)
     return venv
+
+
+def _run(command: list[str]) -> None:
+    install = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
 
 
 # framework key -> (its environment's folder, what it holds)

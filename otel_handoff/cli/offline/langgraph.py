@@ -113,7 +113,8 @@ def swarm(
         [create_handoff_tool(agent_name="billing")],
         "You are triage.",
     )
-    answer = " ".join(["Your", "last", "invoice", "was", "paid", "in", "full"][:billing_words] or ["ok"])
+    words = ["Your", "last", "invoice", "was", "paid", "in", "full"]
+    answer = " ".join(words[:billing_words] if billing_words <= len(words) else ["ok"] * billing_words)
     billing = agent(
         "billing",
         ScriptedChatModel(who="billing", script=[AIMessage(content=answer)], latency=billing_latency),
