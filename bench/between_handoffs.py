@@ -21,12 +21,12 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from frameworks_overhead import merged, opcodes  # run from bench/, as its siblings are
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -159,31 +159,9 @@ def _chain(n: int, transfer: bool) -> Any:
     return builder.compile(checkpointer=InMemorySaver())
 
 
-def _opcodes(run: Callable[[], Any]) -> int:
-    count = 0
-
-    def trace_call(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-
-        def trace_opcode(frame: Any, event: str, arg: Any) -> Any:
-            nonlocal count
-            if event == "opcode":
-                count += 1
-            return trace_opcode
-
-        return trace_opcode
-
-    sys.settrace(trace_call)
-    try:
-        run()
-    finally:
-        sys.settrace(None)
-    return count
-
-
 def _per_event(path: Path_, runs: int) -> float:
     def size(n: int) -> float:
-        return statistics.median(_opcodes(lambda: asyncio.run(path.run(n))) for _ in range(runs))
+        return statistics.median(opcodes(lambda: asyncio.run(path.run(n))) for _ in range(runs))
 
     return (size(N2) - size(N1)) / (N2 - N1)
 
@@ -230,11 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    rows = [measure(path, args.runs) for path in _paths()]
-    measured = {row["framework"] for row in rows}
     previous = RESULTS / "between_handoffs.json"
-    if previous.exists():  # the frameworks of other environments keep their last figures
-        rows = [row for row in json.loads(previous.read_text()) if row["framework"] not in measured] + rows
+    rows = merged(previous, [measure(path, args.runs) for path in _paths()])
     text = markdown(rows)
     print(text)
     RESULTS.mkdir(exist_ok=True)

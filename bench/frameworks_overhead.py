@@ -153,7 +153,7 @@ def _scenarios() -> list[Scenario]:
     return found
 
 
-def _opcodes(run: Callable[[], Any]) -> int:
+def opcodes(run: Callable[[], Any]) -> int:
     """Bytecode instructions executed while ``run()`` runs."""
     count = 0
 
@@ -174,6 +174,14 @@ def _opcodes(run: Callable[[], Any]) -> int:
     finally:
         sys.settrace(None)
     return count
+
+
+def merged(previous: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows``, after the last rows of the frameworks not measured here (another environment's)."""
+    measured = {row["framework"] for row in rows}
+    if not previous.exists():
+        return rows
+    return [row for row in json.loads(previous.read_text()) if row["framework"] not in measured] + rows
 
 
 def _ours(spans: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
@@ -223,7 +231,7 @@ def measure(scenario: Scenario, runs: int) -> dict[str, Any]:
         asyncio.run(scenario.run())
 
     once()  # warm-up: imports, caches
-    plain = [_opcodes(once) for _ in range(runs)]
+    plain = [opcodes(once) for _ in range(runs)]
     instrumentor = scenario.instrumentor()
     instrumentor.instrument(tracer_provider=provider, meter_provider=NoOpMeterProvider(), skip_dep_check=True)
     try:
@@ -232,7 +240,7 @@ def measure(scenario: Scenario, runs: int) -> dict[str, Any]:
         traced = []
         for _ in range(runs):
             exporter.clear()
-            traced.append(_opcodes(once))
+            traced.append(opcodes(once))
         spans = _ours(exporter.get_finished_spans())
     finally:
         instrumentor.uninstrument()
@@ -241,7 +249,7 @@ def measure(scenario: Scenario, runs: int) -> dict[str, Any]:
         raise RuntimeError(f"{scenario.framework}: {handoffs} handoffs per run, expected {scenario.handoffs}")
     floor = _floor(spans, provider.get_tracer("otel_handoff.bench.floor"))
     floor()
-    floors = [_opcodes(floor) for _ in range(runs)]
+    floors = [opcodes(floor) for _ in range(runs)]
     a, c, f = (statistics.median(values) / handoffs for values in (plain, traced, floors))
     return {
         "framework": scenario.framework,
@@ -284,12 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    rows = [measure(scenario, args.runs) for scenario in _scenarios()]
-    measured = {row["framework"] for row in rows}
-    previous = RESULTS / "frameworks.json"
-    if previous.exists():  # the frameworks of other environments keep their last figures
-        kept = [row for row in json.loads(previous.read_text()) if row["framework"] not in measured]
-        rows = kept + rows
+    rows = merged(RESULTS / "frameworks.json", [measure(scenario, args.runs) for scenario in _scenarios()])
     text = markdown(rows)
     print(text)
     RESULTS.mkdir(exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -85,3 +86,28 @@ class Conversation:
         """The conversation is over: its root, if it has one, ends now."""
         if self._root is not None:
             self._root.end(self.handoffs, end_ns, error)
+
+
+class Conversations:
+    """The conversations a framework names by id (an ADK session, a LangGraph thread), the most
+    recently used kept: their handoff counts go on across runs, within a bounded memory."""
+
+    __slots__ = ("_kept", "_known", "telemetry")
+
+    def __init__(self, telemetry: HandoffTelemetry, kept: int = 4096) -> None:
+        self.telemetry = telemetry
+        self._kept = kept
+        self._known: OrderedDict[Any, Conversation] = OrderedDict()
+
+    def get(self, key: Any, conversation_id: str | None, now: int) -> Conversation:
+        """The conversation of ``key`` (``None``: a conversation of its own, not remembered)."""
+        if key is None:
+            return Conversation(self.telemetry, now, None, conversation_id)
+        found = self._known.get(key)
+        if found is None:
+            found = self._known[key] = Conversation(self.telemetry, now, None, conversation_id)
+            if len(self._known) > self._kept:
+                self._known.popitem(last=False)
+        else:
+            self._known.move_to_end(key)
+        return found

@@ -147,6 +147,11 @@ class HandoffInstrumentor(BaseInstrumentor):
             report("instrument()", exc)
             return False
         type(self)._wrapped += tuple(done)
+        self.note_if_untested(release=release, version=version, tested=tested, newest_tested=newest_tested)
+        return True
+
+    def note_if_untested(self, *, release: str, version: str, tested: str, newest_tested: str) -> None:
+        """One info line when the release is newer than the ones tested (and every check held)."""
         if Version(version) > Version(newest_tested):
             logging.getLogger(type(self).__module__).info(
                 "otel-handoff: %s %s is newer than the releases tested (%s); every wrap point and "
@@ -155,7 +160,6 @@ class HandoffInstrumentor(BaseInstrumentor):
                 version,
                 tested,
             )
-        return True
 
     def refuse(self, *, release: str, version: str, missing: list[str], what: str, tested: str) -> None:
         """The one line saying a release lacks what we wrap, so it is left alone."""

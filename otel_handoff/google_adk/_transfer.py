@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections import OrderedDict
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,14 +21,12 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..core import schema as sc
-from ..core.conversation import Conversation
+from ..core.conversation import Conversation, Conversations
 from ..core.record import PhaseRecord
 from ..core.spans import HandoffTelemetry
 
 # the live run whose agents run in this task (set when a live agent starts; ADK's own task)
 LIVE_RUN: ContextVar[weakref.ref[Run] | None] = ContextVar("otel_handoff_google_adk_live", default=None)
-
-_CONVERSATIONS_KEPT = 4096  # sessions whose handoff count is remembered between runs
 
 
 @dataclass
@@ -40,22 +37,13 @@ class AdkTelemetry(HandoffTelemetry):
     # text transfers whose new agent's model call runs: only then does a partial response matter
     awaiting_output: int = 0
     runs: dict[str, Run] = field(default_factory=dict)  # session id -> its run in progress
-    # session -> its conversation (handoff count), the most recently used last
-    conversations: OrderedDict[tuple[str, str, str], Conversation] = field(default_factory=OrderedDict)
+    # per session: the handoff count goes on across its runs
+    conversations: Conversations = field(init=False)
     # (live model or connection class, method) wrapped on first sight; undone by uninstrument()
     lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
 
-    def conversation(self, app: str, user: str, session: str, now: int) -> Conversation:
-        """The session's conversation: ``agent_handoff.sequence`` counts on across its runs."""
-        key = (app, user, session)
-        found = self.conversations.get(key)
-        if found is None:
-            found = self.conversations[key] = Conversation(self, now, None, session)
-            if len(self.conversations) > _CONVERSATIONS_KEPT:
-                self.conversations.popitem(last=False)
-        else:
-            self.conversations.move_to_end(key)
-        return found
+    def __post_init__(self) -> None:
+        self.conversations = Conversations(self)
 
 
 def span_context() -> otel_context.Context | None:

@@ -40,7 +40,7 @@ def _start_run(telemetry: AdkTelemetry, runner: Any, kwargs: dict[str, Any], liv
             return None
         user = kwargs.get("user_id") or getattr(kwargs.get("session"), "user_id", None) or ""
         app = getattr(runner, "app_name", None) or ""
-        conversation = telemetry.conversation(str(app), str(user), session, _time_ns())
+        conversation = telemetry.conversations.get((str(app), str(user), session), session, _time_ns())
         return Run(telemetry, conversation, live, getattr(runner, "agent", None))
     except Exception as exc:
         report("Runner.run_live" if live else "Runner.run_async", exc)

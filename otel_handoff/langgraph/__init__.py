@@ -101,17 +101,9 @@ class LangGraphHandoffInstrumentor(HandoffInstrumentor):
         cls = type(self)
         cls._handler = handler
         cls._hook = tracer_context._configure_hooks[before]
-        from packaging.version import Version
-
-        if Version(installed) > Version(NEWEST_TESTED):
-            import logging
-
-            logging.getLogger(__name__).info(
-                "otel-handoff: langgraph %s is newer than the releases tested (%s); every feature check "
-                "held, so it is instrumented.",
-                installed,
-                TESTED,
-            )
+        self.note_if_untested(
+            release="langgraph", version=installed, tested=TESTED, newest_tested=NEWEST_TESTED
+        )
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)

@@ -13,7 +13,6 @@ and the supervisor's model call that follows is part of that hand-back.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -23,12 +22,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from ..core import schema as sc
-from ..core.conversation import Conversation
+from ..core.conversation import Conversation, Conversations
 from ..core.faults import report
 from ..core.record import PhaseRecord
 from ..core.spans import HandoffTelemetry
 
-_THREADS_KEPT = 4096  # threads whose handoff count is remembered between invocations
 _HANDBACK_PREFIX = "transfer_back_to_"  # langgraph-supervisor's hand-back tool pair
 
 
@@ -39,21 +37,11 @@ class GraphTelemetry(HandoffTelemetry):
     parent_marker: str = "__parent__"  # Command.PARENT
     command_type: type | None = None
     send_type: type | None = None
-    threads: OrderedDict[str, Conversation] = field(default_factory=OrderedDict)
+    # per thread: the handoff count goes on across invocations
+    threads: Conversations = field(init=False)
 
-    def conversation(self, thread_id: str | None, now: int) -> Conversation:
-        """The thread's conversation (its handoff count goes on across invocations); without a
-        thread id, one for the invocation alone."""
-        if thread_id is None:
-            return Conversation(self, now, None, None)
-        found = self.threads.get(thread_id)
-        if found is None:
-            found = self.threads[thread_id] = Conversation(self, now, None, thread_id)
-            if len(self.threads) > _THREADS_KEPT:
-                self.threads.popitem(last=False)
-        else:
-            self.threads.move_to_end(thread_id)
-        return found
+    def __post_init__(self) -> None:
+        self.threads = Conversations(self)
 
 
 @dataclass(slots=True)
@@ -239,7 +227,8 @@ class HandoffCallbackHandler(BaseCallbackHandler):
         thread = (metadata or {}).get("thread_id")
         telemetry = self.telemetry
         now = time.time_ns()
-        conversation = telemetry.conversation(thread if isinstance(thread, str) and thread else None, now)
+        thread = thread if isinstance(thread, str) and thread else None
+        conversation = telemetry.threads.get(thread, thread, now)
         current = otel_context.get_current()
         parent = (
             current if trace.get_current_span(current).get_span_context().is_valid else otel_context.Context()
@@ -247,29 +236,14 @@ class HandoffCallbackHandler(BaseCallbackHandler):
         self.invocations[run_id] = Invocation(conversation, parent)
         self.roots[run_id] = run_id
 
-    def on_chain_end(
-        self, outputs: Any, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
-    ) -> None:
-        try:
-            root = self.roots.get(run_id)
-            if root is None:
-                return
-            if run_id == root:
-                self._root_ended(run_id, None)
-                return
-            del self.roots[run_id]
-            invocation = self.invocations.get(root)
-            if invocation is not None and invocation.nodes:
-                node = invocation.nodes.pop(run_id, None)
-                if node is not None:
-                    self._maybe_handback(invocation, node, outputs)
-        except Exception as exc:
-            report("LangGraph chain end", exc)
+    def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._run_ended(run_id, outputs, None)
 
-    def on_chain_error(
-        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
-    ) -> None:
-        """``ParentCommand`` is LangGraph's handoff mechanism, never an error of ours to report."""
+    def on_chain_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
+        """``ParentCommand`` is LangGraph's handoff mechanism: a run it ends is no error of ours."""
+        self._run_ended(run_id, None, error)
+
+    def _run_ended(self, run_id: UUID, outputs: Any, error: BaseException | None) -> None:
         try:
             root = self.roots.get(run_id)
             if root is None:
@@ -279,10 +253,12 @@ class HandoffCallbackHandler(BaseCallbackHandler):
                 return
             del self.roots[run_id]
             invocation = self.invocations.get(root)
-            if invocation is not None:
-                invocation.nodes.pop(run_id, None)
+            if invocation is not None and invocation.nodes:
+                node = invocation.nodes.pop(run_id, None)
+                if node is not None and error is None:
+                    self._maybe_handback(invocation, node, outputs)
         except Exception as exc:
-            report("LangGraph chain error", exc)
+            report("LangGraph run end", exc)
 
     def _root_ended(self, run_id: UUID, error: BaseException | None) -> None:
         invocation = self.invocations.pop(run_id, None)
