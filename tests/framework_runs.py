@@ -122,9 +122,46 @@ def openai_agents_handoffs() -> None:
     asyncio.run(run())
 
 
+def langgraph_handoffs() -> None:
+    """A swarm handoff and a supervisor delegation with its hand-back; one to a node the graph
+    lacks (LangGraph ignores it): rejected; a raising handoff tool: an error."""
+    import asyncio
+
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from otel_handoff.cli.offline import langgraph as lg
+
+    asyncio.run(lg.run_async(lg.swarm(triage_latency=0.0, billing_latency=0.0)))
+    lg.run_sync(lg.supervisor(supervisor_latency=0.0, billing_latency=0.0))
+    asyncio.run(lg.run_async(lg.fan_out_graph("nobody"), thread=None))
+    builder = StateGraph(MessagesState)
+    builder.add_node(lg.raising_handoff_agent())
+    builder.add_edge(START, "triage")
+    with pytest.raises(RuntimeError):
+        lg.run_sync(builder.compile(), thread=None)
+
+
 FRAMEWORK_RUNS = {
     "livekit-agents": livekit_handoffs,
     "ag2": ag2_handoffs,
     "pipecat-flows": pipecat_handoffs,
     "openai-agents": openai_agents_handoffs,
+    "langgraph": langgraph_handoffs,
 }
+
+
+def framework_instrumentors() -> list[Any]:
+    """The instrumentor of every framework FRAMEWORK_RUNS runs."""
+    from otel_handoff.ag2 import AG2HandoffInstrumentor
+    from otel_handoff.langgraph import LangGraphHandoffInstrumentor
+    from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+    return [
+        LiveKitHandoffInstrumentor,
+        AG2HandoffInstrumentor,
+        PipecatFlowsHandoffInstrumentor,
+        OpenAIAgentsHandoffInstrumentor,
+        LangGraphHandoffInstrumentor,
+    ]

@@ -283,17 +283,12 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
 ) -> None:
     """Handoffs of every framework, exported as users would (the SDK's Prometheus reader), scraped by
     Debian's Prometheus; each of the dashboard's PromQL expressions is run through its HTTP API."""
-    from framework_runs import FRAMEWORK_RUNS
+    from framework_runs import FRAMEWORK_RUNS, framework_instrumentors
     from receivers import wait_until
     from stack import Prometheus, namespace
 
     exporter = pytest.importorskip("opentelemetry.exporter.prometheus")
     from prometheus_client import CollectorRegistry, start_http_server
-
-    from otel_handoff.ag2 import AG2HandoffInstrumentor
-    from otel_handoff.livekit import LiveKitHandoffInstrumentor
-    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
-    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
     registry = CollectorRegistry()
     meter_provider = MeterProvider(metric_readers=[exporter.PrometheusMetricReader(registry=registry)])
@@ -309,12 +304,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
             "  - {job_name: handoffs, static_configs: [{targets: ['127.0.0.1:9464']}]}\n"
         )
         url = Prometheus.start(space, tmp_path / "prometheus.yml").url
-        for instrumentor in (
-            LiveKitHandoffInstrumentor,
-            AG2HandoffInstrumentor,
-            PipecatFlowsHandoffInstrumentor,
-            OpenAIAgentsHandoffInstrumentor,
-        ):
+        for instrumentor in framework_instrumentors():
             instrument(instrumentor, meter_provider=meter_provider)
         total = "sum by (agent_handoff_framework) (agent_handoff_duration_seconds_count)"
         counts: dict[str, float] = {}
@@ -354,7 +344,7 @@ def test_every_dashboard_query_finds_data_on_a_real_prometheus(
             if any(label in expr for label in REUSE_LABELS):
                 expected = {"livekit-agents"}
             elif "agent_handoff_phase_duration" in expr:
-                expected = {"livekit-agents", "pipecat-flows", "openai-agents"}
+                expected = {"livekit-agents", "pipecat-flows", "openai-agents", "langgraph"}
             else:
                 expected = set(FRAMEWORK_RUNS)
             assert found >= expected, (

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from framework_runs import FRAMEWORK_RUNS
+from framework_runs import FRAMEWORK_RUNS, framework_instrumentors
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -203,20 +203,11 @@ def test_failed_skipped_and_rejected_handoffs_in_jaeger(
     convention_scan: Any,
     livekit_telemetry_on: Callable[[TracerProvider], None],
 ) -> None:
-    from otel_handoff.ag2 import AG2HandoffInstrumentor
-    from otel_handoff.livekit import LiveKitHandoffInstrumentor
-    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
-    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
     service = service_name(f"outcomes-{protocol}")
     provider, memory = app_provider(service, span_exporter(jaeger, protocol), privacy_scan, convention_scan)
     livekit_telemetry_on(provider)
-    for instrumentor in (
-        LiveKitHandoffInstrumentor,
-        AG2HandoffInstrumentor,
-        PipecatFlowsHandoffInstrumentor,
-        OpenAIAgentsHandoffInstrumentor,
-    ):
+    for instrumentor in framework_instrumentors():
         instrument(instrumentor, tracer_provider=provider)
     for run in FRAMEWORK_RUNS.values():
         run()
@@ -235,6 +226,8 @@ def test_failed_skipped_and_rejected_handoffs_in_jaeger(
         ("pipecat-flows", sc.OUTCOME_SKIPPED),
         ("openai-agents", sc.OUTCOME_REJECTED),
         ("openai-agents", sc.OUTCOME_ERROR),
+        ("langgraph", sc.OUTCOME_REJECTED),
+        ("langgraph", sc.OUTCOME_ERROR),
     ]:
         assert any(f == framework and o == outcome for f, o, _ in outcomes), (framework, outcome, outcomes)
     failed = (sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
 
@@ -18,11 +18,8 @@ pytest.importorskip(
 import itertools
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import InjectedToolCallId, tool
+from langchain_core.messages import AIMessage
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import InjectedState
-from langgraph.types import Command, Send
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -111,35 +108,8 @@ def test_supervisor_delegation_and_its_handback_with_the_extra_supervisor_call(t
     assert {h.status.status_code for h in (delegation, handback)} == {StatusCode.UNSET}
 
 
-def _fan_out_graph(targets: Any) -> Any:
-    """The app's own handoff tool: ``Command(goto=targets, graph=PARENT)``."""
-
-    @tool("dispatch", description="Send the case on")
-    def dispatch(
-        state: Annotated[Any, InjectedState], tool_call_id: Annotated[str, InjectedToolCallId]
-    ) -> Command:
-        done = ToolMessage(content="dispatched", name="dispatch", tool_call_id=tool_call_id)
-        messages = [*state["messages"], done]
-        goto = [Send(t, {"messages": messages}) for t in targets] if isinstance(targets, list) else targets
-        return Command(goto=goto, graph=Command.PARENT, update={"messages": [done]})
-
-    triage = lg.agent(
-        "triage",
-        lg.ScriptedChatModel(who="t", script=[lg.transfer("dispatch", "call-app-1")]),
-        [dispatch],
-        "t",
-    )
-    builder = StateGraph(MessagesState)
-    builder.add_node(triage, destinations=("billing", "refunds"))
-    for name in ("billing", "refunds"):
-        model = lg.ScriptedChatModel(who=name, script=[AIMessage(content=f"{name} done")], latency=0.02)
-        builder.add_node(name, lg.agent(name, model, [], name))
-    builder.add_edge(START, "triage")
-    return builder.compile()
-
-
 def test_the_apps_own_tool_and_each_send_is_a_handoff(traced: Spans) -> None:
-    asyncio.run(lg.run_async(_fan_out_graph(["billing", "refunds"]), thread=None))
+    asyncio.run(lg.run_async(lg.fan_out_graph(["billing", "refunds"]), thread=None))
     handoffs = traced.handoffs()
     assert sorted(h.attributes[sc.TO_AGENT_NAME] for h in handoffs) == ["billing", "refunds"]
     assert {h.attributes[sc.GEN_AI_TOOL_NAME] for h in handoffs} == {"dispatch"}
@@ -154,7 +124,7 @@ def test_a_handoff_to_an_unknown_node_follows_the_error_convention(
 ) -> None:
     """LangGraph ignores a ``goto`` to a node the graph lacks (a warning) and ends the run."""
     with caplog.at_level(logging.WARNING, logger="langgraph"):
-        asyncio.run(lg.run_async(_fan_out_graph("nobody"), thread=None))
+        asyncio.run(lg.run_async(lg.fan_out_graph("nobody"), thread=None))
     assert any("nobody" in r.getMessage() for r in caplog.records if r.name == "langgraph")
     [handoff] = traced.handoffs()
     assert handoff.attributes[sc.TO_AGENT_NAME] == "nobody"
@@ -311,21 +281,8 @@ def test_a_fault_of_ours_costs_the_trace_not_the_run(
 
 
 def test_a_failing_handoff_tool_is_a_failed_handoff(traced: Spans) -> None:
-    @tool("transfer_to_billing", description="to billing")
-    def broken_handoff() -> Command:
-        raise RuntimeError("the CRM is down")
-
-    broken_handoff.metadata = {"__handoff_destination": "billing"}
-    triage = lg.agent(
-        "triage",
-        lg.ScriptedChatModel(
-            who="t", script=[lg.transfer("transfer_to_billing", "call-broken"), AIMessage(content="sorry")]
-        ),
-        [broken_handoff],
-        "t",
-    )
     builder = StateGraph(MessagesState)
-    builder.add_node(triage)
+    builder.add_node(lg.raising_handoff_agent())
     builder.add_edge(START, "triage")
     with pytest.raises(RuntimeError, match="CRM"):  # the app sees the tool's exception, unchanged
         lg.run_sync(builder.compile(), thread=None)

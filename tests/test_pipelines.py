@@ -354,15 +354,10 @@ def test_exemplars_lead_from_prometheus_to_traces_in_jaeger_and_spm_shows_handof
     holds, at a handoff span; Jaeger's metrics API (the Monitor tab) has our handoff latencies."""
     from urllib.parse import urlsplit
 
-    from framework_runs import FRAMEWORK_RUNS
+    from framework_runs import FRAMEWORK_RUNS, framework_instrumentors
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-    from otel_handoff.ag2 import AG2HandoffInstrumentor
-    from otel_handoff.livekit import LiveKitHandoffInstrumentor
-    from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
-    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
     collector = stack.collector(CONFIG_DIR / "otelcol-jaeger.yaml")
     prometheus = Prometheus.start(stack.space)
@@ -382,12 +377,7 @@ def test_exemplars_lead_from_prometheus_to_traces_in_jaeger_and_spm_shows_handof
             OTLPMetricExporter(endpoint=collector.grpc_endpoint, insecure=True), export_interval_millis=60_000
         )
         meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-        for instrumentor in (
-            LiveKitHandoffInstrumentor,
-            AG2HandoffInstrumentor,
-            PipecatFlowsHandoffInstrumentor,
-            OpenAIAgentsHandoffInstrumentor,
-        ):
+        for instrumentor in framework_instrumentors():
             instrument(instrumentor, tracer_provider=provider, meter_provider=meter_provider)
         started = time.time()
         with tracer_for_livekit(provider):

@@ -8,12 +8,16 @@ import asyncio
 import time
 import warnings
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, AIMessageChunk
+from langchain_core.messages import AIMessage, AIMessageChunk, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import InjectedState
+from langgraph.types import Command, Send
 
 with warnings.catch_warnings():  # deprecated in langgraph 1.x for langchain.agents; what the
     warnings.simplefilter("ignore")  # swarm's and supervisor's docs still build agents with
@@ -85,8 +89,8 @@ def _chunks(message: AIMessage) -> list[ChatGenerationChunk]:
     ]
 
 
-def transfer(tool: str, call_id: str) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": tool, "args": {}, "id": call_id}])
+def transfer(tool_name: str, call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": tool_name, "args": {}, "id": call_id}])
 
 
 def agent(name: str, model: ScriptedChatModel, tools: list[Any], prompt: str) -> Any:
@@ -152,6 +156,47 @@ def supervisor(
         warnings.simplefilter("ignore")
         graph = create_supervisor([billing], model=model, prompt="You are the supervisor.")
     return graph.compile(checkpointer=InMemorySaver() if checkpointer else None)
+
+
+def fan_out_graph(targets: Any) -> Any:
+    """The app's own handoff tool: ``Command(goto=targets, graph=PARENT)``."""
+
+    @tool("dispatch", description="Send the case on")
+    def dispatch(
+        state: Annotated[Any, InjectedState], tool_call_id: Annotated[str, InjectedToolCallId]
+    ) -> Command:
+        done = ToolMessage(content="dispatched", name="dispatch", tool_call_id=tool_call_id)
+        messages = [*state["messages"], done]
+        goto = [Send(t, {"messages": messages}) for t in targets] if isinstance(targets, list) else targets
+        return Command(goto=goto, graph=Command.PARENT, update={"messages": [done]})
+
+    triage = agent(
+        "triage",
+        ScriptedChatModel(who="t", script=[transfer("dispatch", "call-app-1")]),
+        [dispatch],
+        "t",
+    )
+    builder = StateGraph(MessagesState)
+    builder.add_node(triage, destinations=("billing", "refunds"))
+    for name in ("billing", "refunds"):
+        model = ScriptedChatModel(who=name, script=[AIMessage(content=f"{name} done")], latency=0.02)
+        builder.add_node(name, agent(name, model, [], name))
+    builder.add_edge(START, "triage")
+    return builder.compile()
+
+
+def raising_handoff_agent() -> Any:
+    """triage, whose handoff tool (naming its destination, as the swarm's do) raises."""
+
+    @tool("transfer_to_billing", description="to billing")
+    def broken_handoff() -> Command:
+        raise RuntimeError("the CRM is down")
+
+    broken_handoff.metadata = {"__handoff_destination": "billing"}
+    model = ScriptedChatModel(
+        who="t", script=[transfer("transfer_to_billing", "call-broken"), AIMessage(content="sorry")]
+    )
+    return agent("triage", model, [broken_handoff], "t")
 
 
 def question(text: str = "Why was I charged twice?") -> dict[str, Any]:
