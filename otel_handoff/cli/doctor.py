@@ -238,6 +238,10 @@ def _export(report: Report) -> None:
 
     spans_out, metrics_out = export.exporters(log=False)  # the problems are this report's
     exporters = {"traces": spans_out, "metrics": metrics_out}
+    from ..export.settings import PHASE_METRICS, phase_metrics
+
+    phases = "on" if phase_metrics() else f"off ({PHASE_METRICS}=false)"
+    report.say(f"  per-phase metric points (agent_handoff.phase.duration): {phases}")
     for found in export.problems():  # one line each: the variable, what it accepts
         report.problem(f"{found.variable} {found.problem}", found.accepted)
     unreachable: set[str] = set()  # receivers whose traces already failed: one problem each

@@ -180,7 +180,8 @@ class HandoffInstrumentor(BaseInstrumentor):
 
     @staticmethod
     def telemetry_parts(scope: str, kwargs: dict[str, Any]) -> tuple[trace.Tracer, HandoffMetrics]:
-        """The tracer of an instrumentor's ``scope`` and the metrics, on the providers passed, if any.
+        """The tracer of an instrumentor's ``scope`` and the metrics, on the providers passed, if any;
+        per-phase metric points unless ``phase_metrics=False`` (or ``OTEL_HANDOFF_PHASE_METRICS``).
 
         The metrics of every framework share one meter (``METER_SCOPE``): each metric then has one
         set of attribute keys across frameworks, which the SDK's Prometheus exporter needs (it
@@ -191,7 +192,12 @@ class HandoffInstrumentor(BaseInstrumentor):
         tracer = trace.get_tracer(
             scope, __version__, tracer_provider=kwargs.get("tracer_provider"), schema_url=SCHEMA_URL
         )
-        return tracer, HandoffMetrics(kwargs.get("meter_provider"), METER_SCOPE)
+        phases = kwargs.get("phase_metrics")
+        if phases is None:
+            from ..export.settings import phase_metrics
+
+            phases = phase_metrics()
+        return tracer, HandoffMetrics(kwargs.get("meter_provider"), METER_SCOPE, phases=bool(phases))
 
     @staticmethod
     def static_attributes(framework: str, version: str) -> dict[str, Any]:

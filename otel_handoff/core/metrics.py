@@ -20,7 +20,10 @@ from . import schema as sc
 class HandoffMetrics:
     """The two histograms, created once per ``instrument()``; a handoff count is the duration's count."""
 
-    def __init__(self, meter_provider: metrics.MeterProvider | None, scope: str) -> None:
+    def __init__(self, meter_provider: metrics.MeterProvider | None, scope: str, phases: bool = True) -> None:
+        """``phases`` False: no ``agent_handoff.phase.duration`` points (for fleets that pay per
+        series); the handoffs' own duration points and every span stay as they are."""
+        self.phases = phases
         meter = metrics.get_meter(scope, __version__, meter_provider)
         self._duration = meter.create_histogram(
             sc.METRIC_DURATION,
@@ -50,7 +53,7 @@ class HandoffMetrics:
         self, phases: Iterable[tuple[str, float]], span_attributes: Mapping[str, Any], handoff: Context
     ) -> None:
         """Several phases of one handoff: its attributes are picked once."""
-        if not self.enabled:
+        if not (self.enabled and self.phases):
             return
         common = _pick(span_attributes, sc.PHASE_METRIC_ATTRIBUTES)
         for phase, seconds in phases:

@@ -80,7 +80,9 @@ _lock = threading.Lock()
 _configured: Configuration | None = None
 
 
-def configure(*, service_name: str | None = None, instrument: bool = True) -> Configuration:
+def configure(
+    *, service_name: str | None = None, instrument: bool = True, phase_metrics: bool | None = None
+) -> Configuration:
     """Set up OpenTelemetry export from the standard ``OTEL_*`` variables; idempotent.
 
     When the application has not installed an SDK ``TracerProvider``, this creates one (and
@@ -96,7 +98,9 @@ def configure(*, service_name: str | None = None, instrument: bool = True) -> Co
     LiveKit's own telemetry is pointed at the same provider unless the application already
     chose one for it (``livekit.agents.telemetry.set_tracer_provider``). With ``instrument``
     (the default), LiveKit Agents handoffs are instrumented too, when livekit-agents is
-    installed. Never raises: a bad setting is logged, and tracing stays off where it applies.
+    installed. ``phase_metrics=False`` (or ``OTEL_HANDOFF_PHASE_METRICS=false``) records no
+    per-phase metric points: the handoffs' own duration points and every span stay. Never raises:
+    a bad setting is logged, and tracing stays off where it applies.
     """
     global _configured
     with _lock:
@@ -108,7 +112,7 @@ def configure(*, service_name: str | None = None, instrument: bool = True) -> Co
                 return Configuration(trace.get_tracer_provider(), metrics.get_meter_provider(), created=False)
         configuration = _configured
     if instrument and not configuration.disabled:
-        _faults.guard("configure(instrument=True)", _instrument_frameworks, configuration)
+        _faults.guard("configure(instrument=True)", _instrument_frameworks, configuration, phase_metrics)
     return configuration
 
 
@@ -198,7 +202,7 @@ def _share_with_livekit(provider: trace.TracerProvider) -> None:
     set_tracer_provider(provider)
 
 
-def _instrument_frameworks(configuration: Configuration) -> None:
+def _instrument_frameworks(configuration: Configuration, phase_metrics: bool | None = None) -> None:
     """Handoff tracing for every installed framework (LiveKit Agents, AG2), on our providers."""
     from .. import _auto
     from ..core.frameworks import FRAMEWORKS
@@ -208,6 +212,9 @@ def _instrument_frameworks(configuration: Configuration) -> None:
             continue
         instrumentor = _auto.instrumentor_class(framework)()
         if not instrumentor.is_instrumented_by_opentelemetry:
+            options = {} if phase_metrics is None else {"phase_metrics": phase_metrics}
             instrumentor.instrument(
-                tracer_provider=configuration.tracer_provider, meter_provider=configuration.meter_provider
+                tracer_provider=configuration.tracer_provider,
+                meter_provider=configuration.meter_provider,
+                **options,
             )

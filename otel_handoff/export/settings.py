@@ -119,6 +119,26 @@ def _first(*variables: str) -> tuple[str, str] | None:
     return None
 
 
+PHASE_METRICS = "OTEL_HANDOFF_PHASE_METRICS"
+
+
+def phase_metrics() -> bool:
+    """``OTEL_HANDOFF_PHASE_METRICS``: per-phase metric points, on unless ``false``."""
+    setting = _first(PHASE_METRICS)
+    if setting is None or setting[1].lower() == "true":
+        return True
+    if setting[1].lower() == "false":
+        return False
+    report_problem(
+        setting[0],
+        f"is {setting[1]!r}",
+        "use true or false",
+        "Read as true: per-phase metric points are recorded",
+        kept=True,
+    )
+    return True
+
+
 def sdk_disabled() -> bool:
     """``OTEL_SDK_DISABLED``, read as the SDK reads it (a bad value reported once)."""
     setting = _first(env.OTEL_SDK_DISABLED)
