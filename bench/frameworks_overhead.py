@@ -8,7 +8,7 @@ made by the SDK alone). The unit is bytecode instructions under ``sys.settrace``
 load does not move; each scenario runs several times and the median per run counts (event loops
 that wait on timers vary a little from run to run, so the spread is printed too).
 
-Goal (issue 21): (C - A) / F <= 1.10 for every framework.
+Guards (issue 29): (C - A) / F <= 1.40 (Pipecat Flows 1.5), reported for every framework.
 
     python bench/frameworks_overhead.py            # 5 runs of each scenario
     python bench/frameworks_overhead.py --runs 9
@@ -40,7 +40,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_handoff.core import schema as sc
 
 RESULTS = Path(__file__).resolve().parent / "results"
-GOAL = 1.10  # (C - A) / F
+# (C - A) / F per framework: issue 29's guards, which a change must not break (Pipecat's first
+# speech is observed per bot speech; the rest is the SDK making the spans and points we promise)
+GUARDS = {"ag2": 1.40, "openai-agents": 1.40, "pipecat-flows": 1.5, "google-adk": 1.40, "langgraph": 1.40}
 
 
 @dataclass
@@ -267,14 +269,15 @@ def measure(scenario: Scenario, runs: int) -> dict[str, Any]:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| framework | scenario | spans / handoff | A | C | C - A | F | (C - A) / F | goal |",
+        "| framework | scenario | spans / handoff | A | C | C - A | F | (C - A) / F | guard |",
         "|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
-        mark = "✅" if r["ratio"] <= GOAL else "❌"
+        guard = GUARDS[r["framework"]]
+        mark = "✅" if r["ratio"] <= guard else "❌"
         lines.append(
             f"| {r['framework']} | {r['scenario']} | {r['spans_per_handoff']:.0f} | {r['A']:,.0f} "
-            f"| {r['C']:,.0f} | {r['C-A']:,.0f} | {r['F']:,.0f} | {r['ratio']:.2f} | ≤ {GOAL:.2f} {mark} |"
+            f"| {r['C']:,.0f} | {r['C-A']:,.0f} | {r['F']:,.0f} | {r['ratio']:.2f} | ≤ {guard:.2f} {mark} |"
         )
     lines.append("")
     lines.append(

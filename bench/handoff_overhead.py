@@ -72,7 +72,7 @@ RESULTS = BENCH_DIR / "results"
 
 # issue 21: the distance to the SDK's own floor, in Python work (exact) and in situ (wall time)
 GOALS = {
-    "work_vs_floor": 1.10,  # (C-A)/F in opcodes
+    "work_vs_floor": 1.40,  # (C-A)/F in opcodes: issue 29's guard (issue 21 aimed at 1.10)
     "bookkeeping_opcodes": 1200.0,  # C0-A in opcodes
     "metrics_opcodes": 4000.0,  # CM-C in opcodes: the metrics' own work on an SDK MeterProvider
     "in_situ": 1.3,  # (C-A)/(FA-A) in wall time: against the same spans made bare inside the handoff
