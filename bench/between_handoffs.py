@@ -49,6 +49,21 @@ class Path_:
 def _paths() -> list[Path_]:
     found: list[Path_] = []
     try:
+        from otel_handoff.cli.offline import openai_agents as oa
+        from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+
+        oa.quiet_sdk_tracing()
+        sdk = OpenAIAgentsHandoffInstrumentor
+        found += [
+            Path_("openai-agents", "text, each streamed delta", "no handoff", _openai_text(False), sdk),
+            Path_("openai-agents", "text, each streamed delta", "after a handoff", _openai_text(True), sdk),
+            Path_("openai-agents", "realtime, each audio delta", "no handoff", _openai_audio(False), sdk),
+            Path_("openai-agents", "realtime, each audio delta", "after a handoff", _openai_audio(True), sdk),
+            Path_("openai-agents", "realtime, each send_audio", "no handoff", _openai_send(), sdk),
+        ]
+    except ImportError:
+        pass
+    try:
         from langchain_core.messages import AIMessage
 
         from otel_handoff.cli.offline import langgraph as lg
@@ -127,6 +142,81 @@ def _paths() -> list[Path_]:
     except ImportError:
         pass
     return found
+
+
+def _openai_text(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """A streamed run whose answer comes as n deltas (n content parts), by billing after a handoff."""
+    from agents import Agent, Runner
+    from agents.testing import ModelStep, ScriptedModel, function_call
+    from openai.types.responses import ResponseOutputMessage, ResponseOutputText
+
+    def answer(n: int) -> Any:
+        parts = [ResponseOutputText(text="w ", annotations=[], type="output_text") for _ in range(n)]
+        return ResponseOutputMessage(
+            id="msg", content=parts, role="assistant", status="completed", type="message"
+        )
+
+    async def run(n: int) -> None:
+        speaker = Agent(name="billing", model=ScriptedModel([ModelStep(output=[answer(n)])]))
+        agent = speaker
+        if transfer:
+            agent = Agent(
+                name="triage",
+                handoffs=[speaker],
+                model=ScriptedModel([[function_call("transfer_to_billing", {}, call_id="c1")]]),
+            )
+        result = Runner.run_streamed(agent, "hello")
+        async for _ in result.stream_events():
+            pass
+
+    return run
+
+
+def _openai_audio(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """n audio deltas into a realtime session (each with its raw server event, as the websocket
+    model sends them), from the first agent or from billing after a handoff."""
+    from agents.realtime import RealtimeRunner
+    from agents.realtime.model_events import RealtimeModelAudioEvent, RealtimeModelRawServerEvent
+
+    from otel_handoff.cli.offline import openai_agents as oa
+
+    async def run(n: int) -> None:
+        model = oa.LatentRealtimeModel(ack_delay=0.0, old_response_tail=0.0, audio_delay=0.0)
+        session = await RealtimeRunner(oa.realtime_agents(), model=model).run()
+        async with session:
+            if transfer:
+                asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(model.ask_for_billing()))
+                await oa.talk_until_new_agent_speaks(session)
+            for i in range(n):
+                await model.emit(
+                    RealtimeModelRawServerEvent(data={"type": "response.output_audio.delta"}),
+                    RealtimeModelAudioEvent(
+                        data=b"\0\0" * 240, response_id="r", item_id="a", content_index=i
+                    ),
+                )
+            seen = 0
+            async for event in session:
+                seen += event.type == "audio"
+                if seen >= n:
+                    break
+
+    return run
+
+
+def _openai_send() -> Callable[[int], Awaitable[Any]]:
+    """n ``send_audio`` calls of the app into a realtime session."""
+    from agents.realtime import RealtimeRunner
+
+    from otel_handoff.cli.offline import openai_agents as oa
+
+    async def run(n: int) -> None:
+        model = oa.LatentRealtimeModel(ack_delay=0.0, old_response_tail=0.0, audio_delay=0.0)
+        session = await RealtimeRunner(oa.realtime_agents(), model=model).run()
+        async with session:
+            for _ in range(n):
+                await session.send_audio(b"\0\0" * 240)
+
+    return run
 
 
 def _single(agent: Any) -> Any:

@@ -27,6 +27,23 @@ from ._text import AgentsTelemetry, current_parent, emit_tool_handoff
 CALL: ContextVar[ToolCall | None] = ContextVar("otel_handoff_openai_agents_call", default=None)
 
 _OUTPUT_DELTAS = frozenset(("audio", "transcript_delta", "output_text_delta"))
+# the model events a session always needs (a function call's arrival, the response running) ...
+ALWAYS_WATCHED = frozenset(("function_call", "turn_started", "turn_ended"))
+# ... and while a handoff awaits the new agent's output (or the server's session id is unknown)
+AWAITING_WATCHED = ALWAYS_WATCHED | _OUTPUT_DELTAS | {"raw_server_event", "audio_interrupted"}
+UNNAMED_WATCHED = ALWAYS_WATCHED | {"raw_server_event"}
+
+
+def refresh_watched(telemetry: AgentsTelemetry) -> None:
+    """The event types ``on_event`` must look at now, over every open session: an audio delta
+    costs one set test while no handoff awaits output."""
+    sessions = list(telemetry.sessions.values())
+    if any(state.awaiting for state in sessions):
+        telemetry.watched = AWAITING_WATCHED
+    elif any(state.server_session_id is None for state in sessions):
+        telemetry.watched = UNNAMED_WATCHED
+    else:
+        telemetry.watched = ALWAYS_WATCHED
 
 
 def group_id(session: Any) -> str | None:
@@ -83,6 +100,7 @@ class ToolCall:
             if state.running is None:
                 self.drained_ns = now
             state.awaiting.append(self)
+            refresh_watched(state.telemetry)
 
     def observe(self, kind: str, event: Any, now: int) -> bool:
         """An event from the model while awaiting output; True once the new agent's output came."""
@@ -142,7 +160,7 @@ class ToolCall:
         if error is not None and not self.sequence:
             self.sequence = conversation.next_sequence()
         if conversation.conversation_id is None:
-            conversation.conversation_id = self.state.server_session_id
+            conversation.conversation_id = self.state.server_session_id or None
         emit_tool_handoff(
             conversation, self, self.arrived_ns, end_ns, sc.TRIGGER_REALTIME_TOOL, attributes, error, ended_by
         )
@@ -159,9 +177,11 @@ class SessionState:
         "parent",
         "running",
         "server_session_id",
+        "telemetry",
     )
 
     def __init__(self, telemetry: AgentsTelemetry, session: Any) -> None:
+        self.telemetry = telemetry
         self.parent = current_parent()  # where the app started the session
         self.conversation = Conversation(
             telemetry, time.time_ns(), otel_context.get_current(), group_id(session)
@@ -169,7 +189,8 @@ class SessionState:
         self.arrivals: dict[str, int] = {}  # call id -> when the function call arrived
         self.running: Any = None  # the response in progress: its id, or True when it has none
         self.awaiting: list[ToolCall] = []  # handoffs whose new agent has not spoken yet
-        self.server_session_id: str | None = None  # the server's own id of the session
+        # the server's own id of the session; "" when its first event did not give one
+        self.server_session_id: str | None = None
 
     def observe(self, event: Any, now: int) -> None:
         """Every event the model sends the session (``RealtimeSession.on_event``)."""
@@ -183,17 +204,20 @@ class SessionState:
         elif kind == "turn_ended":
             self.running = None
         elif kind == "raw_server_event" and self.server_session_id is None:
+            # the server's first event is session.created: its id, or none to wait for any more
             data = getattr(event, "data", None)
+            value = None
             if isinstance(data, dict) and data.get("type") == "session.created":
                 session = data.get("session")
                 value = session.get("id") if isinstance(session, dict) else None
-                if isinstance(value, str) and value:
-                    self.server_session_id = value
+            self.server_session_id = value if isinstance(value, str) and value else ""
+            refresh_watched(self.telemetry)
         awaiting = self.awaiting
         if awaiting:
             for call in list(awaiting):
                 if call.observe(kind, event, now):
                     awaiting.remove(call)
+                    refresh_watched(self.telemetry)
                     call.emit(now)
 
     def tool_call(self, session: Any, event: Any) -> ToolCall:
@@ -219,6 +243,7 @@ class SessionState:
         """A tool call raised: a handoff's (the app's ``on_handoff``, say) becomes an ERROR span."""
         if call in self.awaiting:
             self.awaiting.remove(call)
+            refresh_watched(self.telemetry)
         if call.is_handoff or call.tool_name in handoff_tool_names(agent):
             call.emit(time.time_ns(), error=error)
 

@@ -43,6 +43,8 @@ class AgentsTelemetry(HandoffTelemetry):
     sessions: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
     # (realtime model class, "send_event") wrapped on first sight; undone by uninstrument()
     lazily_wrapped: list[tuple[type, str]] = field(default_factory=list)
+    # the realtime event types on_event looks at now (see _realtime.refresh_watched)
+    watched: frozenset[str] = frozenset()
 
 
 def conversation_id(kwargs: dict[str, Any]) -> str | None:
@@ -343,6 +345,37 @@ class ObservedModelCall:
             except Exception as exc:
                 report("model call end", exc)
         return suppress
+
+
+class StreamEnd:
+    """A streamed model call no handoff waits on: only when it ends (the SDK closes it with
+    ``aclosing``), which may start a handoff. Iterating goes straight to the SDK's own generator,
+    so a streamed item costs nothing of ours."""
+
+    __slots__ = ("_run", "_stream")
+
+    def __init__(self, stream: Any, run: TextRun) -> None:
+        self._stream = stream
+        self._run = run
+
+    def __aiter__(self) -> Any:
+        return self._stream.__aiter__()
+
+    def __anext__(self) -> Any:
+        return self._stream.__anext__()
+
+    def asend(self, value: Any) -> Any:
+        return self._stream.asend(value)
+
+    def athrow(self, *exc_info: Any) -> Any:
+        return self._stream.athrow(*exc_info)
+
+    async def aclose(self) -> None:
+        try:
+            self._run.model_call_ended(time.time_ns(), streamed=True)
+        except Exception as exc:
+            report("model stream end", exc)
+        await self._stream.aclose()
 
 
 async def observed_stream(stream: Any, run: TextRun) -> Any:

@@ -103,10 +103,15 @@ def wrap_model_run_context(wrapped: Any, instance: Any, args: Any, kwargs: Any) 
 
 
 def wrap_model_run_context_stream(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """``run_loop.model_run_context_stream``: around every streamed model call of a run."""
+    """``run_loop.model_run_context_stream``: around every streamed model call of a run. Item by
+    item only when a handoff waits for this call's first delta; otherwise only its end."""
     run = RUN.get()
     stream = wrapped(*args, **kwargs)
-    return stream if run is None else _text.observed_stream(stream, run)
+    if run is None:
+        return stream
+    if run.pending is not None:
+        return _text.observed_stream(stream, run)
+    return _text.StreamEnd(stream, run)
 
 
 # --- realtime sessions ----------------------------------------------------------------------------
@@ -118,6 +123,7 @@ def wrap_session_init(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, a
     if telemetry.enabled:
         try:
             telemetry.sessions[instance] = _realtime.SessionState(telemetry, instance)
+            _realtime.refresh_watched(telemetry)
             # the session's model class's send_event, where it is defined (undone at uninstrument())
             wrap_where_defined(
                 type(instance._model),
@@ -129,28 +135,40 @@ def wrap_session_init(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, a
             report("RealtimeSession.__init__", exc)
 
 
-async def wrap_send_event(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """A realtime model's ``send_event``: what a handoff sends (``session.update``, tool output)."""
+def wrap_send_event(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """A realtime model's ``send_event``: what a handoff sends (``session.update``, tool output).
+    Outside a handoff's tool call (each ``send_audio``, say) the SDK's own coroutine, untouched."""
     call = _realtime.CALL.get()
     if call is not None:
         try:
             call.sending(args[0] if args else kwargs.get("event"), time.time_ns())
         except Exception as exc:
             report("send_event", exc)
-    return await wrapped(*args, **kwargs)
+    return wrapped(*args, **kwargs)
 
 
-async def wrap_on_event(
-    telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
-) -> Any:
-    """``RealtimeSession.on_event``: every model event, when the session receives it."""
-    state = telemetry.sessions.get(instance)
-    if state is not None:
-        try:
-            state.observe(args[0] if args else kwargs.get("event"), time.time_ns())
-        except Exception as exc:
-            report("RealtimeSession.on_event", exc)
-    return await wrapped(*args, **kwargs)
+def wrap_on_event(telemetry: AgentsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``RealtimeSession.on_event``: every model event, when the session receives it. An event of a
+    type nobody needs now (an audio delta with no handoff awaiting output) costs one set test, and
+    the SDK's own coroutine is returned as it is."""
+    try:
+        event = args[0]  # the SDK passes it positionally: the fast path is a subscript and a set test
+        if event.type in telemetry.watched:
+            _observe(telemetry, instance, event)
+    except (IndexError, AttributeError):
+        event = kwargs.get("event")
+        if getattr(event, "type", None) in telemetry.watched:
+            _observe(telemetry, instance, event)
+    return wrapped(*args, **kwargs)
+
+
+def _observe(telemetry: AgentsTelemetry, session: Any, event: Any) -> None:
+    try:
+        state = telemetry.sessions.get(session)
+        if state is not None:
+            state.observe(event, time.time_ns())
+    except Exception as exc:
+        report("RealtimeSession.on_event", exc)
 
 
 async def wrap_handle_tool_call(
@@ -201,6 +219,7 @@ async def wrap_session_close(
     state = telemetry.sessions.pop(instance, None)
     if state is not None:
         try:
+            _realtime.refresh_watched(telemetry)
             state.close()
         except Exception as exc:
             report("RealtimeSession.close", exc)
