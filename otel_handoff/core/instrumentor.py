@@ -161,6 +161,17 @@ class HandoffInstrumentor(BaseInstrumentor):
                 tested,
             )
 
+    def refused(self, check: Any, *, release: str, version: str, what: str, tested: str) -> bool:
+        """Run ``check()`` (the release's missing shapes, as a list); refuse when it finds any, or
+        when a module or class it reads moved. True when refused (all or nothing)."""
+        try:
+            missing = check()
+        except (ImportError, AttributeError) as exc:
+            missing = [str(getattr(exc, "name", None) or exc)]
+        if missing:
+            self.refuse(release=release, version=version, missing=missing, what=what, tested=tested)
+        return bool(missing)
+
     def refuse(self, *, release: str, version: str, missing: list[str], what: str, tested: str) -> None:
         """The one line saying a release lacks what we wrap, so it is left alone."""
         logging.getLogger(type(self).__module__).error(

@@ -138,12 +138,7 @@ class GoogleADKHandoffInstrumentor(HandoffInstrumentor):
 
         installed = version("google-adk")
         what = "its transfers are"
-        try:
-            problems = shape_problems()
-        except (ImportError, AttributeError) as exc:  # a module or class moved
-            problems = [str(getattr(exc, "name", None) or exc)]
-        if problems:
-            self.refuse(release="google-adk", version=installed, missing=problems, what=what, tested=TESTED)
+        if self.refused(shape_problems, release="google-adk", version=installed, what=what, tested=TESTED):
             return
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = AdkTelemetry(

@@ -71,12 +71,7 @@ class LangGraphHandoffInstrumentor(HandoffInstrumentor):
 
         installed = version("langgraph")
         what = "its handoffs are"
-        try:
-            problems = feature_problems()
-        except (ImportError, AttributeError) as exc:  # a module or class moved
-            problems = [str(getattr(exc, "name", None) or exc)]
-        if problems:
-            self.refuse(release="langgraph", version=installed, missing=problems, what=what, tested=TESTED)
+        if self.refused(feature_problems, release="langgraph", version=installed, what=what, tested=TESTED):
             return
         from langchain_core.tracers import context as tracer_context
         from langgraph.types import Command, Send

@@ -164,7 +164,7 @@ class HandoffCallbackHandler(BaseCallbackHandler):
         self.invocations: dict[UUID, Invocation] = {}  # root run id -> invocation
         self.roots: dict[UUID, UUID] = {}  # run id -> its root run id (runs we still need)
         self.awaiting = 0  # handoffs whose new agent's model output is awaited
-        self.model_runs: dict[UUID, tuple[Handoff]] = {}  # the new agents' model runs -> their handoff
+        self.model_runs: dict[UUID, Handoff] = {}  # the new agents' model runs -> their handoff
 
     # what to hear: model events only while a handoff waits for output
     @property
@@ -271,8 +271,8 @@ class HandoffCallbackHandler(BaseCallbackHandler):
                 self.awaiting -= 1
             handoff.emit(now, spoke=False, error=error)
         invocation.handoffs.clear()
-        for run, model_root in list(self.model_runs.items()):
-            if model_root[0].invocation is invocation:
+        for run, handoff in list(self.model_runs.items()):
+            if handoff.invocation is invocation:
                 del self.model_runs[run]
         for run, run_root in list(self.roots.items()):  # runs that never ended (cancelled)
             if run_root == run_id:
@@ -414,7 +414,7 @@ class HandoffCallbackHandler(BaseCallbackHandler):
                 if handoff.to_agent == agent and handoff.node_start_ns and not handoff.model_start_ns:
                     handoff.model_start_ns = time.time_ns()
                     self.awaiting += 1
-                    self.model_runs[run_id] = (handoff,)
+                    self.model_runs[run_id] = handoff
                     return
         except Exception as exc:
             report("LangGraph model start", exc)
@@ -434,7 +434,7 @@ class HandoffCallbackHandler(BaseCallbackHandler):
     def _first_output(self, run_id: UUID, error: BaseException | None = None) -> None:
         """The new agent's first token (or its whole answer, or its failure): the handoff ends."""
         try:
-            (handoff,) = self.model_runs.pop(run_id)
+            handoff = self.model_runs.pop(run_id)
             handoffs = handoff.invocation.handoffs
             if handoff in handoffs:
                 handoffs.remove(handoff)

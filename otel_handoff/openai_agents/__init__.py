@@ -135,14 +135,7 @@ class OpenAIAgentsHandoffInstrumentor(HandoffInstrumentor):
 
         installed = version("openai-agents")
         what = "its handoffs are"
-        try:
-            problems = shape_problems()
-        except (ImportError, AttributeError) as exc:  # a module or class moved
-            problems = [str(getattr(exc, "name", None) or exc)]
-        if problems:
-            self.refuse(
-                release="openai-agents", version=installed, missing=problems, what=what, tested=TESTED
-            )
+        if self.refused(shape_problems, release="openai-agents", version=installed, what=what, tested=TESTED):
             return
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = AgentsTelemetry(
