@@ -250,28 +250,44 @@ async def _stream(graph: Any, config: Any, mode: str, subgraphs: bool) -> list[A
     ]
 
 
-def test_uninstrument_takes_the_callback_hook_back(spans: Spans, provider: Any) -> None:
-    from langchain_core.tracers import context as tracer_context
+def test_uninstrument_restores_every_method(spans: Spans, provider: Any) -> None:
+    import langgraph_supervisor.supervisor as supervisor
+    from langchain_core.callbacks.manager import AsyncCallbackManager, CallbackManager
+    from langchain_core.tools import BaseTool
+    from langgraph.pregel import _loop, _runner
 
-    hooks_before = list(tracer_context._configure_hooks)
+    def originals() -> list[Any]:
+        return [
+            _loop.SyncPregelLoop.__enter__,
+            _loop.AsyncPregelLoop.__aexit__,
+            _runner.run_with_retry,
+            _runner.arun_with_retry,
+            BaseTool.run,
+            BaseTool.arun,
+            CallbackManager.on_chat_model_start,
+            AsyncCallbackManager.on_llm_start,
+            supervisor.create_handoff_back_messages,
+        ]
+
+    before = originals()
     instrumentor = LangGraphHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
-    assert len(tracer_context._configure_hooks) == len(hooks_before) + 1
+    assert all(a is not b for a, b in zip(originals(), before, strict=True))
     instrumentor.uninstrument()
-    assert tracer_context._configure_hooks == hooks_before
-    lg.run_sync(lg.swarm())
+    assert originals() == before
+    lg.run_sync(lg.supervisor())
     assert spans.handoffs() == []
 
 
 def test_a_fault_of_ours_costs_the_trace_not_the_run(
     traced: Spans, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from otel_handoff.langgraph import _handler
+    from otel_handoff.langgraph import _handoffs
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug of ours")
 
-    monkeypatch.setattr(_handler.Tool, "handoff", broken)
+    monkeypatch.setattr(_handoffs.Invocation, "decided", broken)
     with caplog.at_level(logging.ERROR, logger="otel_handoff"):
         first = lg.run_sync(lg.swarm())
         second = lg.run_sync(lg.swarm())

@@ -15,17 +15,22 @@ node until its model call) and ``first_output``. LangGraph's ``ParentCommand`` i
 never an error. Spans carry node and tool names and ids only: never the ``Command``'s update,
 messages or tool arguments.
 
-LangGraph has no OpenTelemetry of its own; we observe through LangChain's callbacks, added the
-way LangSmith adds its tracer (``register_configure_hook``): one handler of ours joins each run's
-callback manager, and leaves what the app's own callbacks receive unchanged.
+LangGraph has no OpenTelemetry of its own, and LangChain's callbacks reach every node, tool and
+token: we observe LangGraph's own path instead (``_wrappers``): its loop for top-level runs, tool
+calls, node steps and model starts, each a counter test between handoffs, and langgraph-
+supervisor's hand-back. No callback handler of ours is anywhere but in the new agent's first model
+run, until its first token.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Collection
-from contextvars import ContextVar
 from typing import Any
+
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import register_post_import_hook, wrap_function_wrapper
 
 from ..core import schema as sc
 from ..core.instrumentor import HandoffInstrumentor
@@ -34,16 +39,42 @@ from .package import NEWEST_TESTED, TESTED, _instruments
 __all__ = ["LangGraphHandoffInstrumentor"]
 
 
+_LOOP = "langgraph.pregel._loop"
+_RUNNER = "langgraph.pregel._runner"
+_TOOLS = "langchain_core.tools"
+_CALLBACKS = "langchain_core.callbacks.manager"
+_MODEL_STARTS = ("on_chat_model_start", "on_llm_start")
+_SUPERVISOR = "langgraph_supervisor.supervisor"
+_HANDBACK = "create_handoff_back_messages"
+
+
+def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+    from . import _wrappers as w
+
+    return [
+        (_LOOP, "SyncPregelLoop.__enter__", w.wrap_loop_enter(telemetry)),
+        (_LOOP, "SyncPregelLoop.__exit__", w.wrap_loop_exit(telemetry)),
+        (_LOOP, "AsyncPregelLoop.__aenter__", w.wrap_loop_aenter(telemetry)),
+        (_LOOP, "AsyncPregelLoop.__aexit__", w.wrap_loop_aexit(telemetry)),
+        (_RUNNER, "run_with_retry", w.wrap_task(telemetry)),
+        (_RUNNER, "arun_with_retry", w.wrap_task(telemetry)),
+        (_TOOLS, "BaseTool.run", w.wrap_tool_run(telemetry)),
+        (_TOOLS, "BaseTool.arun", w.wrap_tool_arun(telemetry)),
+        *((_CALLBACKS, f"CallbackManager.{m}", w.wrap_model_start(telemetry)) for m in _MODEL_STARTS),
+        *((_CALLBACKS, f"AsyncCallbackManager.{m}", w.wrap_model_astart(telemetry)) for m in _MODEL_STARTS),
+    ]
+
+
 def feature_problems() -> list[str]:
-    """What this release lacks of what we rely on (checked once, at ``instrument()``)."""
+    """What this release lacks of what we rely on beside the wrap points (checked once, at
+    ``instrument()``)."""
     problems = []
-    from langchain_core.tracers import context as tracer_context
+    from langchain_core.callbacks import BaseCallbackManager
+    from langgraph.errors import GraphBubbleUp  # noqa: F401  (read at instrument())
     from langgraph.types import Command, Send
 
-    if not callable(getattr(tracer_context, "register_configure_hook", None)) or not isinstance(
-        getattr(tracer_context, "_configure_hooks", None), list
-    ):
-        problems.append("langchain_core.tracers.context.register_configure_hook")
+    if not callable(getattr(BaseCallbackManager, "copy", None)):
+        problems.append("langchain_core.callbacks.BaseCallbackManager.copy")
     if not isinstance(getattr(Command, "PARENT", None), str):
         problems.append("langgraph.types.Command.PARENT")
     if not hasattr(Send, "node"):
@@ -54,15 +85,11 @@ def feature_problems() -> list[str]:
 class LangGraphHandoffInstrumentor(HandoffInstrumentor):
     """Traces LangGraph handoffs (langgraph 1.1.5 and later), sync and async."""
 
-    _handler: Any = None
-    _hook: tuple[Any, ...] | None = None
+    _telemetry: Any = None
+    _handback: Any = None  # the post-import hook's token while it waits for langgraph-supervisor
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
-
-    @classmethod
-    def _in_place(cls) -> bool:
-        return cls._hook is not None
 
     def _instrument(self, **kwargs: Any) -> None:
         if importlib.util.find_spec("langgraph") is None:
@@ -73,10 +100,10 @@ class LangGraphHandoffInstrumentor(HandoffInstrumentor):
         what = "its handoffs are"
         if self.refused(feature_problems, release="langgraph", version=installed, what=what, tested=TESTED):
             return
-        from langchain_core.tracers import context as tracer_context
+        from langgraph.errors import GraphBubbleUp
         from langgraph.types import Command, Send
 
-        from ._handler import GraphTelemetry, HandoffCallbackHandler
+        from ._handoffs import GraphTelemetry
 
         tracer, metrics = self.telemetry_parts(__name__, kwargs)
         telemetry = GraphTelemetry(
@@ -86,29 +113,54 @@ class LangGraphHandoffInstrumentor(HandoffInstrumentor):
             parent_marker=Command.PARENT,
             command_type=Command,
             send_type=Send,
+            bubble_types=(GraphBubbleUp,),
         )
-        handler = HandoffCallbackHandler(telemetry)
-        # a variable whose value, in every context and thread, is our handler: LangChain adds it
-        # (inheritable) to every callback manager it configures, as it adds LangSmith's tracer
-        variable: ContextVar[Any] = ContextVar("otel_handoff_langgraph", default=handler)
-        before = len(tracer_context._configure_hooks)
-        tracer_context.register_configure_hook(variable, True)
+        if not self.wrap_all(
+            _wrap_points(telemetry),
+            release="langgraph",
+            version=installed,
+            tested=TESTED,
+            newest_tested=NEWEST_TESTED,
+            what=what,
+        ):
+            return
         cls = type(self)
-        cls._handler = handler
-        cls._hook = tracer_context._configure_hooks[before]
-        self.note_if_untested(
-            release="langgraph", version=installed, tested=TESTED, newest_tested=NEWEST_TESTED
-        )
+        cls._telemetry = telemetry
+        self._wrap_handback_when_imported(telemetry)
+
+    @classmethod
+    def _wrap_handback_when_imported(cls, telemetry: Any) -> None:
+        """langgraph-supervisor's hand-back, wrapped when the app imports it (if ever)."""
+        if importlib.util.find_spec("langgraph_supervisor") is None:
+            return
+        token = cls._handback = object()
+
+        def on_import(module: Any) -> None:
+            if cls._handback is not token:
+                return  # uninstrumented meanwhile
+            cls._handback = None
+            if not callable(getattr(module, _HANDBACK, None)):
+                logging.getLogger(__name__).info(
+                    "otel-handoff: this langgraph-supervisor has no %s.%s; its workers' hand-backs "
+                    "are not traced (its handoffs are).",
+                    _SUPERVISOR,
+                    _HANDBACK,
+                )
+                return
+            from ._wrappers import wrap_handback
+
+            wrap_function_wrapper(module, _HANDBACK, wrap_handback(telemetry))
+            telemetry.handback_wrapped = module
+
+        register_post_import_hook(on_import, _SUPERVISOR)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         cls = type(self)
-        if cls._hook is not None:
-            from langchain_core.tracers import context as tracer_context
-
-            hooks = tracer_context._configure_hooks
-            if cls._hook in hooks:
-                hooks.remove(cls._hook)  # LangChain has no public way to take a hook back
-        if cls._handler is not None:
-            cls._handler.telemetry.enabled = False
-        cls._handler = None
-        cls._hook = None
+        cls._handback = None
+        telemetry = cls._telemetry
+        if telemetry is not None:
+            telemetry.enabled = False
+            if telemetry.handback_wrapped is not None:
+                unwrap(telemetry.handback_wrapped, _HANDBACK)
+        self.unwrap_all()
+        cls._telemetry = None
