@@ -19,6 +19,7 @@ import itertools
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -82,6 +83,27 @@ def test_swarm_handoff_is_one_span_with_its_phases(traced: Spans, how: str) -> N
     assert attributes[sc.FIRST_OUTPUT_DURATION] >= 0.12
     assert attributes[sc.DURATION] == pytest.approx(seconds(handoff), abs=1e-6)
     assert handoff.parent is None  # no span around the app's call: a trace of its own
+    # the in-memory checkpointer saved the old agent's step, the parent's and the new agent's first
+    assert attributes[sc.CHECKPOINT_WRITES] >= 3
+
+
+@pytest.mark.parametrize("checkpointer", [True, False])
+def test_a_swarm_inside_a_parent_graph(traced: Spans, checkpointer: bool) -> None:
+    """The swarm as one node of the app's graph: its agents are not the top level's nodes, and
+    the handoff is the swarm's; without a checkpointer nothing is saved on the way."""
+    builder = StateGraph(MessagesState)
+    builder.add_node("team", lg.swarm(checkpointer=False))
+    builder.add_node("after", lambda state: {})
+    builder.add_edge(START, "team")
+    builder.add_edge("team", "after")
+    graph = builder.compile(checkpointer=InMemorySaver() if checkpointer else None)
+    lg.run_sync(graph, thread=lg.THREAD if checkpointer else None)
+    [handoff] = traced.handoffs()
+    attributes = handoff.attributes
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+    assert attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert phase_names(traced, handoff) == PHASES
+    assert (attributes[sc.CHECKPOINT_WRITES] > 0) is checkpointer
 
 
 def test_supervisor_delegation_and_its_handback_with_the_extra_supervisor_call(traced: Spans) -> None:

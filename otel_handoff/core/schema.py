@@ -267,6 +267,8 @@ SEND_HISTORY_DURATION = "agent_handoff.send_history.duration"
 
 # the framework's fixed wait before a live transfer, in seconds, as configured in the release
 TRANSFER_DELAY_CONFIGURED = "agent_handoff.transfer_delay.configured"
+# LangGraph: checkpoints its checkpointer saved while the handoff was in flight
+CHECKPOINT_WRITES = "agent_handoff.checkpoint_writes"
 FRAMEWORK_INVOCATION_ID = "agent_handoff.framework.invocation_id"  # ADK: one run's invocation (e-…)
 FRAMEWORK_PATH = "agent_handoff.framework.path"  # ADK: which runtime switched agents
 

@@ -56,6 +56,8 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
         (_LOOP, "SyncPregelLoop.__exit__", w.wrap_loop_exit(telemetry)),
         (_LOOP, "AsyncPregelLoop.__aenter__", w.wrap_loop_aenter(telemetry)),
         (_LOOP, "AsyncPregelLoop.__aexit__", w.wrap_loop_aexit(telemetry)),
+        (_LOOP, "SyncPregelLoop._checkpointer_put_after_previous", w.wrap_checkpoint_write(telemetry)),
+        (_LOOP, "AsyncPregelLoop._checkpointer_put_after_previous", w.wrap_checkpoint_write(telemetry)),
         (_RUNNER, "run_with_retry", w.wrap_task(telemetry)),
         (_RUNNER, "arun_with_retry", w.wrap_task(telemetry)),
         (_TOOLS, "BaseTool.run", w.wrap_tool_run(telemetry)),

@@ -42,6 +42,7 @@ class GraphTelemetry(HandoffTelemetry):
     # what a node step and a model call test before anything else (changed under the lock)
     unstarted: int = 0
     unspoken: int = 0
+    in_flight: int = 0  # every handoff until it ends: what a checkpoint write tests
     lock: threading.Lock = field(default_factory=threading.Lock)
     handback_wrapped: Any = None  # langgraph-supervisor's module, once its hand-back is wrapped
 
@@ -66,6 +67,7 @@ class Handoff:
     handler_end_ns: int = 0  # the tool returned its Command (tool handoffs)
     node_start_ns: int = 0  # the target node started in the parent graph
     model_start_ns: int = 0  # the new agent's model call
+    writes_before: int = 0  # the invocation's checkpoint writes when it was decided
     done: bool = False
 
     def phases(self, end_ns: int, spoke: bool) -> list[PhaseRecord]:
@@ -86,7 +88,7 @@ class Handoff:
         """One record: completed when the new agent spoke; ``rejected`` when LangGraph never ran
         the target (an unknown node, which it ignores with a warning, or a run stopped before
         it); else how it ended."""
-        attributes: dict[str, Any] = {}
+        attributes: dict[str, Any] = {sc.CHECKPOINT_WRITES: self.invocation.writes - self.writes_before}
         outcome = sc.OUTCOME_COMPLETED if error is None else sc.OUTCOME_ERROR
         if not spoke and error is None:
             if self.node_start_ns:
@@ -117,7 +119,7 @@ class Invocation:
     """One top-level graph invocation (``invoke``/``stream`` and their async forms): its handoffs
     until each one's new agent speaks."""
 
-    __slots__ = ("conversation", "ended", "handoffs", "loop", "parent", "telemetry", "token")
+    __slots__ = ("conversation", "ended", "handoffs", "loop", "parent", "telemetry", "token", "writes")
 
     def __init__(
         self, telemetry: GraphTelemetry, conversation: Conversation, parent: otel_context.Context, loop: Any
@@ -129,6 +131,7 @@ class Invocation:
         self.token: Any = None  # CURRENT's, set while it runs
         self.handoffs: list[Handoff] = []
         self.ended = False
+        self.writes = 0  # the checkpointer's, counted while a handoff is in flight
 
     def decided(
         self,
@@ -154,11 +157,13 @@ class Invocation:
             start_ns,
             graph_ns,
             handler_end_ns=handler_end_ns,
+            writes_before=self.writes,
         )
         telemetry = self.telemetry
         with telemetry.lock:
             self.handoffs.append(handoff)
             telemetry.unstarted += 1
+            telemetry.in_flight += 1
         return handoff
 
     def node_started(self, node: str, namespace: str) -> None:
@@ -212,6 +217,7 @@ class Invocation:
             if handoff.done:
                 return False
             handoff.done = True
+            telemetry.in_flight -= 1
             if handoff in self.handoffs:
                 self.handoffs.remove(handoff)
             if not handoff.node_start_ns:

@@ -4,6 +4,8 @@ never per token or streamed part:
 - LangGraph's loop (``SyncPregelLoop``/``AsyncPregelLoop`` entered and exited), top-level runs
   only: the run's thread and the app's span, and its end (what still waits ends with it);
 - ``BaseTool.run``/``arun`` inside a run: a ``Command(graph=PARENT)`` result is a handoff;
+- the loop's checkpoint puts, one counter test unless a handoff is in flight: how many checkpoints
+  are saved on its way;
 - LangGraph's task runner (``pregel._runner``'s ``run_with_retry``/``arun_with_retry``): a target
   node's start, one counter test while no handoff waits for one;
 - LangChain's ``CallbackManager``/``AsyncCallbackManager`` ``on_chat_model_start``/``on_llm_start``
@@ -166,6 +168,28 @@ def _task_starting(task: Any) -> None:
         invocation.node_started(task.name, namespace_of(task.config.get("metadata")))
     except Exception as exc:
         report("LangGraph node start", exc)
+
+
+def wrap_checkpoint_write(telemetry: GraphTelemetry) -> Any:
+    """The loop's checkpoint put (any run, subgraphs too): counted while a handoff is in flight,
+    one counter test otherwise. The coroutine, if any, is LangGraph's. (The pending-write batches
+    between checkpoints are not counted: one more wrapper on every task.)"""
+
+    def checkpoint_write(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+        if telemetry.in_flight:
+            _checkpoint_written(instance)
+        return wrapped(*args, **kwargs)
+
+    return checkpoint_write
+
+
+def _checkpoint_written(loop: Any) -> None:
+    try:
+        invocation = CURRENT.get()
+        if invocation is not None and loop.checkpointer is not None:
+            invocation.writes += 1
+    except Exception as exc:
+        report("LangGraph checkpoint write", exc)
 
 
 # --- tools: where a handoff is decided --------------------------------------------------------------
