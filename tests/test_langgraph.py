@@ -130,8 +130,13 @@ def test_supervisor_delegation_and_its_handback_with_the_extra_supervisor_call(t
     assert {h.status.status_code for h in (delegation, handback)} == {StatusCode.UNSET}
 
 
-def test_the_apps_own_tool_and_each_send_is_a_handoff(traced: Spans) -> None:
-    asyncio.run(lg.run_async(lg.fan_out_graph(["billing", "refunds"]), thread=None))
+@pytest.mark.parametrize("how", ["async", "sync"])  # sync: the two targets run in LangGraph's threads
+def test_the_apps_own_tool_and_each_send_is_a_handoff(traced: Spans, how: str) -> None:
+    graph = lg.fan_out_graph(["billing", "refunds"])
+    if how == "async":
+        asyncio.run(lg.run_async(graph, thread=None))
+    else:
+        lg.run_sync(graph, thread=None)
     handoffs = traced.handoffs()
     assert sorted(h.attributes[sc.TO_AGENT_NAME] for h in handoffs) == ["billing", "refunds"]
     assert {h.attributes[sc.GEN_AI_TOOL_NAME] for h in handoffs} == {"dispatch"}
@@ -163,6 +168,57 @@ def test_sequence_counts_per_thread_across_invocations(traced: Spans) -> None:
         (h.attributes[sc.GEN_AI_CONVERSATION_ID], h.attributes[sc.SEQUENCE]) for h in traced.handoffs()
     )
     assert by_thread == [("thread-7", 1), ("thread-7", 2), ("thread-8", 1)]
+
+
+@pytest.mark.parametrize("how", ["async", "threads"])
+def test_concurrent_runs_keep_their_own_handoffs(traced: Spans, provider: Any, how: str) -> None:
+    """Two requests at once, same agent names, no thread id: each handoff is its own run's."""
+    tracer = provider.get_tracer("app")
+    requests = ["request a", "request b"]
+
+    def sync_request(name: str) -> Any:
+        with tracer.start_as_current_span(name) as span:
+            lg.run_sync(lg.swarm(triage_latency=0.02, billing_latency=0.05, checkpointer=False), thread=None)
+        return span
+
+    async def async_request(name: str) -> Any:
+        with tracer.start_as_current_span(name) as span:
+            await lg.run_async(lg.swarm(triage_latency=0.02, billing_latency=0.05, checkpointer=False), thread=None)
+        return span
+
+    async def both() -> list[Any]:
+        return list(await asyncio.gather(*(async_request(name) for name in requests)))
+
+    if how == "async":
+        app_spans = asyncio.run(both())
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(2) as pool:
+            app_spans = list(pool.map(sync_request, requests))
+    handoffs = traced.handoffs()
+    assert sorted(h.parent.span_id for h in handoffs) == sorted(
+        s.get_span_context().span_id for s in app_spans
+    )
+    for handoff in handoffs:
+        assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+        assert handoff.attributes[sc.SEQUENCE] == 1
+        assert phase_names(traced, handoff) == PHASES
+
+
+def test_a_stream_the_app_stops_ends_its_handoff_and_the_next_run_is_traced(traced: Spans) -> None:
+    stream = lg.swarm().stream(lg.question(), lg.config(), stream_mode="updates")
+    first = next(stream)  # the triage step, with its handoff
+    stream.close()  # the app stops reading before billing runs
+    assert list(first) == ["triage"]
+    [stopped] = traced.handoffs()
+    assert stopped.attributes[sc.OUTCOME] == sc.OUTCOME_REJECTED  # its target never ran
+    assert stopped.status.status_code is StatusCode.ERROR
+    lg.run_sync(lg.swarm(), thread="another thread")
+    finished = [h for h in traced.handoffs() if h is not stopped and h.name == stopped.name]
+    [after] = [h for h in finished if h.attributes[sc.GEN_AI_CONVERSATION_ID] == "another thread"]
+    assert after.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert phase_names(traced, after) == PHASES
 
 
 def test_under_the_apps_span(traced: Spans, provider: Any) -> None:
