@@ -1,7 +1,7 @@
 """What the LangGraph instrumentor instruments, in the opentelemetry-python-contrib manner.
 
-The handoff is LangGraph's ``Command(goto=…, graph=Command.PARENT)`` returned by a tool, seen
-through LangChain's callbacks (``register_configure_hook``, the route LangSmith takes). 1.1.5 is
+The handoff is LangGraph's ``Command(goto=…, graph=Command.PARENT)`` returned by a tool, seen on
+LangGraph's own path (its loop and task runner, LangChain's tool and model-start methods). 1.1.5 is
 the oldest release ``pip install langgraph==X`` installs in working order today: older ones get
 langgraph-prebuilt 1.0.13, which imports what only 1.1.5 has. Lower bound only: a newer release
 is instrumented when every feature check holds (all or nothing), with one info line naming the
