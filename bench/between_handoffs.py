@@ -102,6 +102,19 @@ def _paths() -> list[Path_]:
     except ImportError:
         pass
     try:
+        from otel_handoff.cli import demo_pipecat  # noqa: F401 (imported first, it quiets Pipecat's logger)
+        from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+        flows = PipecatFlowsHandoffInstrumentor
+        frame = "each audio frame (the caller's, through the pipeline)"
+        found += [
+            Path_("pipecat-flows", frame, "no handoff", _pipecat_audio("no handoff"), flows),
+            Path_("pipecat-flows", frame, "after a handoff", _pipecat_audio("after a handoff"), flows),
+            Path_("pipecat-flows", frame, "awaiting first speech", _pipecat_audio("awaiting"), flows),
+        ]
+    except ImportError:
+        pass
+    try:
         from otel_handoff.cli.offline import google_adk as ga
         from otel_handoff.google_adk import GoogleADKHandoffInstrumentor
 
@@ -219,6 +232,51 @@ def _openai_send() -> Callable[[int], Awaitable[Any]]:
     return run
 
 
+def _pipecat_audio(state: str) -> Callable[[int], Awaitable[Any]]:
+    """n audio frames of the caller through a Flows pipeline: before any transition, after one
+    whose new node spoke, or while one awaits the bot's first speech (its node waits for the user)."""
+    from pipecat.flows import FlowsFunctionSchema
+    from pipecat.frames.frames import InputAudioRawFrame
+
+    from otel_handoff.cli.offline import pipecat_flows as pf
+
+    def audio(n: int) -> Any:
+        async def step(flow_manager: Any, worker: Any) -> None:
+            chunk = b"\0\0" * 320  # 20 ms at 16 kHz
+            frames = [InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1) for _ in range(n)]
+            await worker.queue_frames(frames)
+
+        return step
+
+    def greeting() -> dict[str, Any]:
+        target = {
+            "name": "next",
+            "task_messages": [{"role": "developer", "content": "Help."}],
+            "respond_immediately": state != "awaiting",
+        }
+
+        async def go(args: Any, flow_manager: Any) -> tuple[Any, Any]:
+            return {"status": "ok"}, target
+
+        schema = FlowsFunctionSchema(name="go_next", description="On", properties={}, required=[], handler=go)
+        return {
+            "name": "greeting",
+            "task_messages": [{"role": "developer", "content": "Greet."}],
+            "functions": [schema],
+        }
+
+    async def run(n: int) -> None:
+        output = pf.SpeakerOutput()
+        if state == "no handoff":
+            steps, replies = [audio(n)], ["Hello."]
+        else:
+            spoken = [] if state == "awaiting" else ["Done."]  # awaiting: the new node stays silent
+            steps, replies = [pf.user_says("on"), audio(n)], ["Hello.", [("go_next", {})], *spoken]
+        await pf.run_flow(greeting(), replies, steps, until=lambda _: output.audio_in >= n, output=output)
+
+    return run
+
+
 def _single(agent: Any) -> Any:
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import START, MessagesState, StateGraph
@@ -297,9 +355,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--framework", help="measure only this framework's paths (keep the others' rows)")
     args = parser.parse_args(argv)
     previous = RESULTS / "between_handoffs.json"
-    rows = merged(previous, [measure(path, args.runs) for path in _paths()])
+    paths = [p for p in _paths() if args.framework in (None, p.framework)]
+    rows = merged(previous, [measure(path, args.runs) for path in paths])
     text = markdown(rows)
     print(text)
     RESULTS.mkdir(exist_ok=True)

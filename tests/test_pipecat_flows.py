@@ -468,8 +468,11 @@ async def test_uninstrument_takes_our_observer_and_handler_off_the_worker(instru
     assert _observers_and_handlers(worker) == _observers_and_handlers(plain_worker)
 
 
-async def test_our_observer_is_on_the_worker_only_while_speech_is_awaited(instrument: Any) -> None:
-    """An observer makes Pipecat queue every frame push to it: it must not be there for nothing."""
+async def test_first_speech_is_watched_only_while_awaited_and_by_no_observer(instrument: Any) -> None:
+    """Between transitions nothing of ours is on the worker's frame paths: no observer (which
+    would make Pipecat queue every frame push to it), and our sink handler and its frame type
+    only while a transition awaits the bot's speech."""
+    from pipecat.frames.frames import BotStartedSpeakingFrame, TTSStoppedFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineWorker
 
@@ -478,18 +481,55 @@ async def test_our_observer_is_on_the_worker_only_while_speech_is_awaited(instru
     instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
     worker = PipelineWorker(Pipeline([]))
     flow_manager = FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
+    worker.add_reached_downstream_filter((TTSStoppedFrame,))  # the app's own type, beside Flows'
     watch = instrumentor._telemetry.state(flow_manager).watch
 
-    def ours() -> list[Any]:
-        return [o for o in worker._observer._observers if isinstance(o, _observer._FirstSpeech)]
+    def on_paths() -> tuple[int, int, set[type]]:
+        observers = [o for o in worker._observer._observers if isinstance(o, _observer._FirstSpeech)]
+        handlers = worker._event_handlers["on_frame_reached_downstream"].handlers
+        return len(observers), len(handlers), set(worker.reached_downstream_types)
 
-    if not instrumentor._telemetry.observer_on_demand:  # pipecat-ai 1.5: there from the start
-        assert len(ours()) == 1
-        return
-    assert ours() == []
+    between = on_paths()  # Flows' own sink handler and types, and the app's type
+    assert between[:2] == (0, 1) and TTSStoppedFrame in between[2]
     watch.await_speech()  # a transition ended
     watch.await_speech()
-    assert len(ours()) == 1
+    assert on_paths() == (0, 2, between[2] | {BotStartedSpeakingFrame})
     watch.speech_seen()  # the bot spoke in the new node
-    await asyncio.gather(*_observer.DETACHING)
-    assert ours() == []
+    assert on_paths() == between
+
+
+@pytest.mark.parametrize("wants_speech", [False, True])
+async def test_the_apps_own_sink_handler_gets_the_same_frames(
+    provider: TracerProvider, spans: Spans, wants_speech: bool
+) -> None:
+    """The app handles ``on_frame_reached_downstream`` itself: its handler gets exactly the frames
+    it got without us (where its filter leaves the bot's speech out, an observer of ours watches
+    instead), and first speech is still measured."""
+    from pipecat.frames.frames import BotStartedSpeakingFrame, TTSStoppedFrame
+
+    async def run() -> list[str]:
+        got: list[str] = []
+
+        def setup(worker: Any) -> None:
+            wanted = (TTSStoppedFrame, BotStartedSpeakingFrame) if wants_speech else (TTSStoppedFrame,)
+            worker.add_reached_downstream_filter(wanted)
+
+            @worker.event_handler("on_frame_reached_downstream")
+            async def reached(_: Any, frame: Any) -> None:
+                got.append(type(frame).__name__)
+
+        await tool_transition(on_worker=setup)
+        return got
+
+    plain = await run()
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    try:
+        traced = await run()
+    finally:
+        instrumentor.uninstrument()
+    assert traced == plain and "TTSStoppedFrame" in plain
+    assert ("BotStartedSpeakingFrame" in plain) is wants_speech
+    assert "BotStoppedSpeakingFrame" in plain  # Flows' own type: the app's handler gets it too
+    (speech,) = spans.named(sc.SPAN_FIRST_SPEECH)
+    assert speech.links[0].context.span_id == handoffs(spans)[0].context.span_id

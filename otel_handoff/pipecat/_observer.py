@@ -1,10 +1,15 @@
-"""What we put on a flow's worker (an observer for first speech, a handler for the conversation's
-end), and how ``uninstrument()`` takes both off again.
+"""What we put on a flow's worker to see the bot's first speech after a transition, and a handler
+for the conversation's end; and how ``uninstrument()`` takes them off again.
 
-An observer on a worker is not free: Pipecat then queues every frame push of the pipeline (audio
-included) to it through a proxy task. So the observer is only there while a transition awaits
-the bot's first speech, where Pipecat can add one to a running pipeline (1.7 and later); on a
-release that cannot (1.5: only if another observer is already there), it stays from the start.
+First speech is a ``BotStartedSpeakingFrame`` reaching the worker's sink: while a transition awaits
+it, and only then, the worker's own ``on_frame_reached_downstream`` event carries it to a handler
+of ours (its type added to the worker's filter; Pipecat tests every frame against that filter
+anyway, so the frames in between cost nothing of ours). Where the app handles that event itself,
+with a filter that leaves the frame out, adding it would change what the app's handler gets: there
+an observer watches instead. An observer is not free: Pipecat then queues every frame push of the
+pipeline (audio included) to it through a proxy task. It is only there while speech is awaited,
+where Pipecat can add one to a running pipeline (1.7 and later); on a release that cannot (1.5),
+it stays from the start.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from ._transition import FlowState, FlowsTelemetry
 
 _LOG = logging.getLogger(__name__)
 _FINISHED = "on_pipeline_finished"
+_REACHED = "on_frame_reached_downstream"
+_FLOWS_ACTIONS = "pipecat.flows.actions"  # Flows' own sink handler (its actions) is defined there
 # observer removals handed to a running loop, kept until done (a task nobody holds can vanish)
 DETACHING: set[asyncio.Future[Any]] = set()
 
@@ -61,14 +68,30 @@ def observers_join_running_pipelines() -> bool:
     return "self._proxies is not None" in source
 
 
+def sink_events_carry_frames() -> bool:
+    """Does the worker report frames of chosen types reaching its sink (``on_frame_reached_downstream``)?"""
+    from pipecat.pipeline.worker import PipelineWorker
+
+    return all(
+        callable(getattr(PipelineWorker, name, None))
+        for name in ("add_reached_downstream_filter", "set_reached_downstream_filter")
+    ) and isinstance(getattr(PipelineWorker, "reached_downstream_types", None), property)
+
+
 class WorkerWatch:
-    """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our observer."""
+    """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our
+    ``on_frame_reached_downstream`` handler (or, where the app's own handler would see more, our
+    observer)."""
 
     def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
         self._worker = weakref.ref(worker)
         self._observer = _FirstSpeech(telemetry, state)
         self._on_demand = telemetry.observer_on_demand
-        self._attached = False
+        self._sink_events = telemetry.sink_events
+        self._attached = False  # our observer
+        self._listening = False  # our sink handler
+        self._filtered = False  # we added BotStartedSpeakingFrame to the sink's filter
+        self._observer_always = False
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -77,31 +100,76 @@ class WorkerWatch:
         async def finished(*_: Any) -> None:
             guard(_FINISHED, state.finish, time.time_ns())
 
+        async def reached(_: Any, frame: Any) -> None:
+            if isinstance(frame, BotStartedSpeakingFrame) and telemetry.enabled:
+                if state.awaiting_speech is not None:
+                    guard("first speech", state.first_speech, time.time_ns())
+
         self._finished = finished
+        self._reached = reached
         worker.add_event_handler(_FINISHED, finished)
-        if not self._on_demand:
-            self.await_speech()
+        if not self._on_demand and not self._sink_only_ours(worker):
+            self._observer_always = True  # it cannot join later (1.5): there from the start
+            worker.add_observer(self._observer)
+            self._attached = True
 
     def await_speech(self) -> None:
-        """A transition ended: watch the frames until the bot speaks in the new node."""
+        """A transition ended: watch for the bot's speech in the new node."""
         worker = self._worker()
-        if worker is not None and not self._attached:
+        if worker is None or self._observer_always or self._listening or self._attached:
+            return
+        if self._sink_only_ours(worker):
+            worker.add_event_handler(_REACHED, self._reached)
+            if not issubclass(BotStartedSpeakingFrame, worker.reached_downstream_types):
+                worker.add_reached_downstream_filter((BotStartedSpeakingFrame,))
+                self._filtered = True
+            self._listening = True
+        elif self._on_demand:
             worker.add_observer(self._observer)
             self._attached = True
 
     def speech_seen(self) -> None:
-        """No transition awaits speech any more: the frames go unobserved again."""
-        if self._on_demand and self._attached:
+        """No transition awaits speech any more: nothing of ours watches the frames."""
+        worker = self._worker()
+        if self._listening and worker is not None:
+            self._stop_listening(worker)
+        if self._attached and not self._observer_always:
             self._remove_observer()
 
     def detach(self) -> None:
-        """Take the handler off now and the observer as soon as its worker's loop allows."""
+        """Take the handlers off now and the observer as soon as its worker's loop allows."""
         worker = self._worker()
         if worker is None:
             return
         worker.remove_event_handler(_FINISHED, self._finished)
+        if self._listening:
+            self._stop_listening(worker)
         if self._attached:
             self._remove_observer()
+
+    def _sink_only_ours(self, worker: Any) -> bool:
+        """Can the sink's event carry first speech to us without the app's handler seeing more?
+
+        Yes where the app's filter takes the frame already, or no handler of the app's listens:
+        Flows' own (its actions' ``ActionManager``) passes over frame types it does not run
+        actions on. Pipecat keeps the handlers in ``_event_handlers``: unreadable, we do not guess."""
+        if not self._sink_events:
+            return False
+        if issubclass(BotStartedSpeakingFrame, worker.reached_downstream_types):
+            return True
+        registered = getattr(worker, "_event_handlers", {}).get(_REACHED)
+        handlers = getattr(registered, "handlers", None)
+        return isinstance(handlers, list) and all(
+            h is self._reached or getattr(h, "__module__", None) == _FLOWS_ACTIONS for h in handlers
+        )
+
+    def _stop_listening(self, worker: Any) -> None:
+        self._listening = False
+        worker.remove_event_handler(_REACHED, self._reached)
+        if self._filtered:
+            self._filtered = False
+            kept = tuple(t for t in worker.reached_downstream_types if t is not BotStartedSpeakingFrame)
+            worker.set_reached_downstream_filter(kept)
 
     def _remove_observer(self) -> None:
         """``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it

@@ -22,6 +22,7 @@ from pipecat.frames.frames import (
     EndFrame,
     Frame,
     FunctionCallFromLLM,
+    InputAudioRawFrame,
     LLMContextFrame,
     LLMFullResponseEndFrame,
     LLMFullResponseStartFrame,
@@ -147,12 +148,15 @@ class SpeakerOutput(FrameProcessor):
         self.seen: list[str] = []  # the frame types this stage saw, in order
         self.ends: set[int] = set()  # ids of the LLMFullResponseEndFrames that reached it
         self.unordered: set[int] = set()  # indexes into seen of system and upstream frames
+        self.audio_in = 0  # the caller's audio frames that passed through
 
     async def process_frame(self, frame: Frame, direction: Any) -> None:
         await super().process_frame(frame, direction)
         if isinstance(frame, SystemFrame) or direction == FrameDirection.UPSTREAM:
             self.unordered.add(len(self.seen))
         self.seen.append(type(frame).__name__)
+        if isinstance(frame, InputAudioRawFrame):
+            self.audio_in += 1
         if isinstance(frame, LLMFullResponseEndFrame):
             self.ends.add(id(frame))
         if isinstance(frame, TTSStartedFrame):
@@ -205,6 +209,8 @@ async def run_flow(
     paced: bool = False,
     summary_delay: float = 0.0,
     summary: str = "",
+    output: SpeakerOutput | None = None,
+    on_worker: Callable[[PipelineWorker], Any] | None = None,
 ) -> FlowRun:
     """Run a flow: initialize at ``initial_node``, take ``steps``, stop once ``until`` holds.
 
@@ -212,7 +218,7 @@ async def run_flow(
     silent), never on a guessed time; ``RUN_TIMEOUT`` only bounds a broken scenario.
     """
     llm = ScriptedLLM(replies, summary_delay=summary_delay, summary=summary)
-    output = SpeakerOutput(paced=paced)
+    output = output if output is not None else SpeakerOutput(paced=paced)
     aggregators = LLMContextAggregatorPair(LLMContext())
     pipeline = Pipeline([aggregators.user(), llm, SilentTTS(), output, aggregators.assistant()])
     worker = PipelineWorker(
@@ -223,6 +229,8 @@ async def run_flow(
         cancel_on_idle_timeout=False,
     )
     flow_manager = FlowManager(worker=worker, llm=llm, context_aggregator=aggregators)
+    if on_worker is not None:  # the app's own setup of its worker (event handlers, filters)
+        on_worker(worker)
     run = FlowRun()
     started = asyncio.Event()
 
