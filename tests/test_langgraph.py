@@ -170,6 +170,10 @@ def test_sequence_counts_per_thread_across_invocations(traced: Spans) -> None:
     assert by_thread == [("thread-7", 1), ("thread-7", 2), ("thread-8", 1)]
 
 
+def _quick_swarm() -> Any:
+    return lg.swarm(triage_latency=0.02, billing_latency=0.05, checkpointer=False)
+
+
 @pytest.mark.parametrize("how", ["async", "threads"])
 def test_concurrent_runs_keep_their_own_handoffs(traced: Spans, provider: Any, how: str) -> None:
     """Two requests at once, same agent names, no thread id: each handoff is its own run's."""
@@ -178,12 +182,12 @@ def test_concurrent_runs_keep_their_own_handoffs(traced: Spans, provider: Any, h
 
     def sync_request(name: str) -> Any:
         with tracer.start_as_current_span(name) as span:
-            lg.run_sync(lg.swarm(triage_latency=0.02, billing_latency=0.05, checkpointer=False), thread=None)
+            lg.run_sync(_quick_swarm(), thread=None)
         return span
 
     async def async_request(name: str) -> Any:
         with tracer.start_as_current_span(name) as span:
-            await lg.run_async(lg.swarm(triage_latency=0.02, billing_latency=0.05, checkpointer=False), thread=None)
+            await lg.run_async(_quick_swarm(), thread=None)
         return span
 
     async def both() -> list[Any]:

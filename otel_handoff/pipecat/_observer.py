@@ -101,9 +101,9 @@ class WorkerWatch:
             guard(_FINISHED, state.finish, time.time_ns())
 
         async def reached(_: Any, frame: Any) -> None:
-            if isinstance(frame, BotStartedSpeakingFrame) and telemetry.enabled:
-                if state.awaiting_speech is not None:
-                    guard("first speech", state.first_speech, time.time_ns())
+            speech = isinstance(frame, BotStartedSpeakingFrame) and telemetry.enabled
+            if speech and state.awaiting_speech is not None:
+                guard("first speech", state.first_speech, time.time_ns())
 
         self._finished = finished
         self._reached = reached
