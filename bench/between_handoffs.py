@@ -106,7 +106,8 @@ def _paths() -> list[Path_]:
         from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
         kit = LiveKitHandoffInstrumentor
-        turn, chunk, first = "each turn (a user input and its reply)", "each LLM chunk", "the new agent's first reply"
+        turn, chunk = "each turn (a user input and its reply)", "each LLM chunk"
+        first = "the new agent's first reply"
         found += [
             Path_("livekit", turn, "no handoff", _livekit(False), kit),
             Path_("livekit", turn, "after a handoff", _livekit(True), kit),
