@@ -525,11 +525,15 @@ async def test_the_apps_own_sink_handler_gets_the_same_frames(
     instrumentor = PipecatFlowsHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
+        on_demand = instrumentor._telemetry.observer_on_demand
         traced = await run()
     finally:
         instrumentor.uninstrument()
     assert traced == plain and "TTSStoppedFrame" in plain
     assert ("BotStartedSpeakingFrame" in plain) is wants_speech
     assert "BotStoppedSpeakingFrame" in plain  # Flows' own type: the app's handler gets it too
+    if not wants_speech and not on_demand:  # pipecat-ai 1.5: no observer can join now (documented)
+        assert spans.named(sc.SPAN_FIRST_SPEECH) == []
+        return
     (speech,) = spans.named(sc.SPAN_FIRST_SPEECH)
     assert speech.links[0].context.span_id == handoffs(spans)[0].context.span_id

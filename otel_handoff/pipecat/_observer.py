@@ -8,8 +8,9 @@ anyway, so the frames in between cost nothing of ours). Where the app handles th
 with a filter that leaves the frame out, adding it would change what the app's handler gets: there
 an observer watches instead. An observer is not free: Pipecat then queues every frame push of the
 pipeline (audio included) to it through a proxy task. It is only there while speech is awaited,
-where Pipecat can add one to a running pipeline (1.7 and later); on a release that cannot (1.5),
-it stays from the start.
+where Pipecat can add one to a running pipeline (1.7 and later). On a release that cannot (1.5) it
+is there from the start if the app's handler is there when Flows starts; one the app adds later
+leaves that conversation without ``first_speech``.
 """
 
 from __future__ import annotations
