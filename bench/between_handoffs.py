@@ -103,6 +103,16 @@ def _paths() -> list[Path_]:
     except ImportError:
         pass
     try:
+        from otel_handoff.ag2 import AG2HandoffInstrumentor
+
+        envelope = "each envelope (consulting exchanges: invite, opened, question, reply)"
+        found += [
+            Path_("ag2", envelope, "no handoff", _ag2_envelopes(False), AG2HandoffInstrumentor),
+            Path_("ag2", envelope, "after a handoff", _ag2_envelopes(True), AG2HandoffInstrumentor),
+        ]
+    except ImportError:
+        pass
+    try:
         from otel_handoff.livekit import LiveKitHandoffInstrumentor
 
         kit = LiveKitHandoffInstrumentor
@@ -243,6 +253,40 @@ def _openai_send() -> Callable[[int], Awaitable[Any]]:
         async with session:
             for _ in range(n):
                 await session.send_audio(b"\0\0" * 240)
+
+    return run
+
+
+def _ag2_envelopes(handoff: bool) -> Callable[[int], Awaitable[Any]]:
+    """n envelopes on an AG2 hub: consulting channels of 4 envelopes each (our hub hooks see every
+    channel type); with ``handoff``, after a workflow channel's rule handoffs on the same hub."""
+    from ag2 import Agent
+    from ag2.network import EV_CHANNEL_CLOSED
+    from ag2.network.adapters.consulting import CONSULTING_TYPE
+    from ag2.testing import TestConfig
+
+    from otel_handoff.cli.offline import ag2_network as an
+
+    per_exchange = 4
+
+    async def run(n: int) -> None:
+        hub, recorder = await an.open_hub()
+        try:
+            if handoff:
+                await an.run_channel(hub, recorder, an.ping_pong(max_turns=2))
+            exchanges = n // per_exchange
+            asker = await hub.register(Agent(name="asker", config=TestConfig("unused")))
+            expert = await hub.register(Agent(name="expert", config=TestConfig(*["answer"] * exchanges)))
+            for i in range(exchanges):
+                channel = await asker.open(type=CONSULTING_TYPE, target=[expert.agent_id])
+                await channel.send(f"question {i}")
+                await asker.wait_for_channel_event(
+                    channel_id=channel.channel_id,
+                    predicate=lambda e: e.event_type == EV_CHANNEL_CLOSED,
+                    timeout=an.CLOSE_TIMEOUT,
+                )
+        finally:
+            await hub.close()
 
     return run
 

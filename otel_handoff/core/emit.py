@@ -84,7 +84,8 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     metrics = telemetry.metrics
     if metrics.enabled:
         metrics.record_handoff(attributes[sc.DURATION], attributes, inside)
-        metrics.record_phases(phase_seconds.items(), attributes, inside)
+        if phase_seconds:
+            metrics.record_phases(phase_seconds.items(), attributes, inside)
     return Emitted(span.get_span_context(), inside, parent, recording, attributes)
 
 

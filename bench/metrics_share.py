@@ -1,0 +1,137 @@
+"""Our Python work around the SDK's metric ``record`` calls, against what those calls cost (issue 29).
+
+Each framework's offline scenario (the ones ``frameworks_overhead.py`` runs) is traced on an SDK
+``TracerProvider`` twice: with NoOp meters and with an SDK ``MeterProvider``, phase metrics on.
+With NoOp meters our metrics code does not run at all; with SDK meters, the opcodes in
+``otel_handoff/core/metrics.py`` are ours, and everything else the run adds is the SDK recording
+(instruments, views, aggregation, exemplars, attribute cleaning). Goal: ours ≤ 10 % of the SDK's.
+
+    python bench/metrics_share.py
+    .venv-google-adk/bin/python bench/metrics_share.py      # Google ADK (its own environment)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import sys
+from typing import Any
+
+from frameworks_overhead import RESULTS, Scenario, _scenarios, merged  # run from bench/, as its siblings are
+from opentelemetry.metrics import NoOpMeterProvider
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+
+GOAL = 0.10
+OURS = "otel_handoff/core/metrics.py"
+
+
+def _by_file(scenario: Scenario, meter_provider: Any) -> collections.Counter[str]:
+    """Opcodes per source file of one instrumented run (after a warm-up run)."""
+    instrumentor = scenario.instrumentor()
+    instrumentor.instrument(
+        tracer_provider=TracerProvider(), meter_provider=meter_provider, skip_dep_check=True
+    )
+    counts: collections.Counter[str] = collections.Counter()
+
+    def trace_call(frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+
+        def trace_opcode(frame: Any, event: str, arg: Any) -> Any:
+            if event == "opcode":
+                counts[frame.f_code.co_filename] += 1
+            return trace_opcode
+
+        return trace_opcode
+
+    try:
+        asyncio.run(scenario.run())
+        sys.settrace(trace_call)
+        try:
+            asyncio.run(scenario.run())
+        finally:
+            sys.settrace(None)
+    finally:
+        instrumentor.uninstrument()
+    return counts
+
+
+def _livekit() -> list[Scenario]:
+    """LiveKit's handoffs: ``update_agent`` in an offline session (``handoff_overhead.py``'s kind)."""
+    try:
+        from livekit.agents import Agent, AgentSession
+
+        from otel_handoff.cli.offline.livekit import ScriptedLLM
+        from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    except ImportError:
+        return []
+
+    class Desk(Agent):
+        def __init__(self) -> None:
+            super().__init__(instructions="Help.")
+
+    async def run() -> None:
+        session = AgentSession(llm=ScriptedLLM())
+        await session.start(agent=Desk())
+        for _ in range(4):
+            session.update_agent(Desk())
+            await session._update_activity_atask  # the handoff task (private, but exact)
+        await session.aclose()
+
+    return [Scenario("livekit", "4 update_agent handoffs", run, LiveKitHandoffInstrumentor, 4)]
+
+
+def measure(scenario: Scenario) -> dict[str, Any]:
+    without = _by_file(scenario, NoOpMeterProvider())
+    with_sdk = _by_file(scenario, MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    ours = sum(n for path, n in with_sdk.items() if path.endswith(OURS))
+    added = sum(with_sdk.values()) - sum(without.values())
+    record = added - ours
+    return {
+        "framework": scenario.framework,
+        "scenario": scenario.what,
+        "handoffs": scenario.handoffs,
+        "ours": ours / scenario.handoffs,
+        "record": record / scenario.handoffs,
+        "share": ours / record if record else 0.0,
+    }
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| framework | scenario | ours per handoff | the SDK's record calls per handoff | share | goal |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        mark = "✅" if r["share"] <= GOAL else "❌"
+        lines.append(
+            f"| {r['framework']} | {r['scenario']} | {r['ours']:,.0f} | {r['record']:,.0f} "
+            f"| {r['share']:.1%} | ≤ {GOAL:.0%} {mark} |"
+        )
+    lines.append("")
+    lines.append(
+        "Opcodes, one run after a warm-up, phase metrics on; the SDK's share is what an SDK "
+        "MeterProvider adds over NoOp meters, less ours. Scenario-to-scenario differences in the "
+        "SDK's share come from the run itself (some moves by a few hundred opcodes between runs)."
+    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args(argv)
+    previous = RESULTS / "metrics_share.json"
+    rows = merged(previous, [measure(scenario) for scenario in [*_livekit(), *_scenarios()]])
+    text = markdown(rows)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "metrics_share.md").write_text("# Our work around the SDK's metric records\n\n" + text)
+    previous.write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
