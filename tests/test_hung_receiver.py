@@ -123,3 +123,40 @@ def test_doctor_names_a_receiver_that_does_not_answer(hung: str, protocol: str) 
     assert result.returncode == 1, result.stdout
     assert "accepts connections but sent no answer in 2 s" in result.stdout
     assert "fix: restart the receiver there" in result.stdout
+
+
+@pytest.fixture
+def http1_receiver() -> Iterator[str]:
+    """An endpoint that speaks HTTP/1.1 only, as an OTLP/HTTP port does (it answers 404 here)."""
+    import http.server
+    import threading
+
+    class Http1(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Http1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+FIX = "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, or use the receiver's gRPC port (4317)"
+
+
+def test_grpc_at_an_http_port_is_told_its_fix(http1_receiver: str) -> None:
+    """The usual first mistake: the default gRPC exporter pointed at an OTLP/HTTP port."""
+    _, result = run_exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=http1_receiver)
+    told = [line for line in result.stderr.splitlines() if line.startswith("otel-handoff:")]
+    assert told and all(FIX in line for line in told), result.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {"OTEL_EXPORTER_OTLP_ENDPOINT": http1_receiver, "OTEL_METRICS_EXPORTER": "none"}
+    doctor = subprocess.run(
+        [sys.executable, "-m", "otel_handoff", "doctor"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert doctor.returncode == 1 and FIX in doctor.stdout, doctor.stdout

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from .. import _auto
 from ..core.frameworks import FRAMEWORKS, any_hint
 from ..export.credentials import redact, split_userinfo
+from ..export.settings import PROTOCOL_FIX, protocol_hint
 from ..version import __version__
 
 _PROBE_TIMEOUT = 2.0  # seconds a receiver gets to answer an empty export request
@@ -197,6 +198,8 @@ def _probe_grpc(signal: str, endpoint: str, headers: dict[str, str]) -> str | No
             return f"accepts connections but sent no answer in {_PROBE_TIMEOUT:g} s"
         if code is grpc.StatusCode.UNAVAILABLE:
             details = " ".join(str(exc.details()).split())
+            if protocol_hint(details):
+                return _HTTP1
             return (
                 "Connection refused" if "Connection refused" in details else f"unavailable ({details[:200]})"
             )
@@ -204,6 +207,9 @@ def _probe_grpc(signal: str, endpoint: str, headers: dict[str, str]) -> str | No
     finally:
         channel.close()
     return None
+
+
+_HTTP1 = "answers in HTTP/1.1, not gRPC: an OTLP/HTTP port"
 
 
 def _request_class(signal: str) -> type:
@@ -253,12 +259,12 @@ def _export(report: Report) -> None:
             endpoint = getattr(exporter, "endpoint", shown)
             if endpoint.startswith(("http://", "https://")):
                 why = _probe(signal, kind, endpoint)
-                state = "answers" if why is None else f"does not answer ({why})"
+                state = "answers" if why is None else why if why == _HTTP1 else f"does not answer ({why})"
                 report.say(f"  {signal}: {kind} -> {shown}: {state}")
                 receiver = urlsplit(endpoint).netloc
                 if why is not None and signal == "traces":
                     unreachable.add(receiver)
-                    report.problem(f"the OTLP endpoint {shown} does not answer ({why})", _fix_for(why))
+                    report.problem(f"the OTLP endpoint {shown} {state}", _fix_for(why))
                 elif why is not None and receiver not in unreachable:
                     # every configured signal counts: a receiver that takes spans but not metrics
                     # (Phoenix, Jaeger) fills the app's log with failed metric exports
@@ -273,6 +279,8 @@ def _export(report: Report) -> None:
 
 
 def _fix_for(why: str) -> str:
+    if why == _HTTP1:
+        return PROTOCOL_FIX
     if "no answer" in why:
         return (
             "restart the receiver there (or the proxy in front of it): it takes connections and "

@@ -16,7 +16,6 @@ from opentelemetry.context import Context
 from ..version import __version__
 from . import schema as sc
 
-
 _METRIC_KEYS = frozenset(sc.METRIC_ATTRIBUTES)
 _PHASE_METRIC_KEYS = frozenset(sc.PHASE_METRIC_ATTRIBUTES)
 

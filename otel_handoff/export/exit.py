@@ -51,7 +51,7 @@ class ExitReport:
         if not self.undelivered:
             return None
         lost = f"otel-handoff: {self.undelivered} span(s) were not delivered: {self.why}"
-        return f"{lost}; {what_to_check('traces')}."
+        return f"{lost}; {what_to_check('traces', self.why)}."
 
 
 def shutdown_within(

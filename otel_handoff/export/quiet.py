@@ -124,7 +124,7 @@ class Outage:
                 self._what,
                 self._target,
                 self.last_reason,
-                what_to_check(self._signal),
+                what_to_check(self._signal, self.last_reason),
             )
 
 

@@ -238,9 +238,27 @@ def endpoint_variable(signal: Signal) -> str:
     return own if _first(own) else shared
 
 
-def what_to_check(signal: Signal) -> str:
-    """The clause every export failure line ends with: what to look at, and the tool for it."""
-    return f"check {endpoint_variable(signal)}, or run `otel-handoff doctor`"
+def what_to_check(signal: Signal, reason: str | None = None) -> str:
+    """The clause every export failure line ends with: what to look at, and the tool for it; first
+    the fix itself where the failure names it (``reason``: the exporter's words)."""
+    hint = protocol_hint(reason)
+    return f"{hint + '; ' if hint else ''}check {endpoint_variable(signal)}, or run `otel-handoff doctor`"
+
+
+# what gRPC says when the endpoint answers in HTTP/1.1 (an OTLP/HTTP port, usually 4318)
+_GRPC_AT_HTTP1 = ("Failed parsing HTTP/2", "Expected SETTINGS frame")
+
+
+def protocol_hint(reason: str | None) -> str | None:
+    """The newcomer's usual mistake, said as its fix: the gRPC exporter (the default) pointed at an
+    OTLP/HTTP port."""
+    if reason and any(words in reason for words in _GRPC_AT_HTTP1):
+        http1 = "the endpoint speaks HTTP/1.1 (OTLP/HTTP, port 4318 by convention), the exporter gRPC"
+        return f"{http1}: {PROTOCOL_FIX}"
+    return None
+
+
+PROTOCOL_FIX = "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf, or use the receiver's gRPC port (4317)"
 
 
 def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, str] | None:

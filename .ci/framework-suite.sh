@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# A framework's own test suite, run twice from its source release: plain, and with otel-handoff's
+# instrumentation on (a pytest plugin instruments it at start-up, spans to memory). The two runs
+# must end alike: the same failures (a release's own failures offline, without Docker services,
+# are its own), the same counts. Not part of .ci/run (minutes of pip and tests); run it after a
+# change to a framework's wrappers:
+#
+#   bash .ci/framework-suite.sh langgraph 1.2.24
+#
+# Only LangGraph is wired up so far (its sdist ships its tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+framework="${1:?framework (langgraph)}"
+release="${2:?release, e.g. 1.2.24}"
+repo="$PWD"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+case "$framework" in
+  langgraph)
+    deps=(pytest pytest-mock pytest-dotenv syrupy httpx "pytest-xdist[psutil]" pytest-repeat
+          langgraph-prebuilt langgraph-checkpoint langgraph-checkpoint-sqlite
+          langgraph-checkpoint-postgres langgraph-sdk "psycopg[binary]" pycryptodome redis)
+    instrumentor="otel_handoff.langgraph:LangGraphHandoffInstrumentor"
+    export NO_DOCKER=true  # no Redis or Postgres: those parametrizations are left out
+    ;;
+  *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
+esac
+
+python3 -m venv "$work/venv"
+"$work/venv/bin/pip" install -q "$framework==$release" "${deps[@]}" -e "$repo[$framework]"
+"$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$framework==$release"
+tar xzf "$work/$framework-$release.tar.gz" -C "$work"
+cat > "$work/otel_handoff_suite_plugin.py" <<EOF
+"""Instrument $framework at pytest start-up (spans to memory)."""
+import importlib
+
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+
+def pytest_configure(config):
+    module, _, name = "$instrumentor".partition(":")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+    getattr(importlib.import_module(module), name)().instrument(tracer_provider=provider)
+EOF
+
+run() {  # $1: plain | traced
+  local extra=()
+  [[ $1 == traced ]] && extra=(-p otel_handoff_suite_plugin)
+  (cd "$work/$framework-$release" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q \
+    -p no:cacheprovider -n 2 -o addopts="" tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
+  grep -E '^FAILED|^ERROR' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
+  tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
+  echo "$1: $(cat "$work/$1.summary")"
+}
+run plain
+run traced
+if diff -u "$work/plain.failed" "$work/traced.failed" && diff -u "$work/plain.summary" "$work/traced.summary"; then
+  echo "framework-suite: $framework $release ends alike with and without otel-handoff"
+else
+  echo "framework-suite: $framework $release differs under otel-handoff (above)"
+  exit 1
+fi
