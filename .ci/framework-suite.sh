@@ -2,7 +2,8 @@
 # A framework's own test suite, run twice from its source release: plain, and with otel-handoff's
 # instrumentation on (a pytest plugin instruments it at start-up, spans to memory). The two runs
 # must end alike: the same failures (a release's own failures offline, without Docker services,
-# are its own), the same counts. Not part of .ci/run (minutes of pip and tests); run it after a
+# are its own), the same counts, warnings included (one process: xdist would spread once-per-process
+# warnings over its workers by chance). Not part of .ci/run (minutes of pip and tests); run it after a
 # change to a framework's wrappers:
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
@@ -51,7 +52,7 @@ run() {  # $1: plain | traced
   local extra=()
   [[ $1 == traced ]] && extra=(-p otel_handoff_suite_plugin)
   (cd "$work/$framework-$release" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q \
-    -p no:cacheprovider -n 2 -o addopts="" tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
+    -p no:cacheprovider -p no:xdist -o addopts="" tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
   grep -E '^FAILED|^ERROR' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
   tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
   echo "$1: $(cat "$work/$1.summary")"
