@@ -399,3 +399,50 @@ def test_no_handoff_no_span_and_current_context_untouched(traced: Spans, provide
     lg.run_sync(builder.compile(), thread=None)
     assert trace.get_current_span() is before
     assert traced.handoffs() == []
+
+
+def test_langgraph_frees_its_loop_by_reference_count(instrument: Any, spans: Spans) -> None:
+    """LangGraph's own test (``test_pregel_loop_refcount``): after a run, with the collector off, no
+    ``SyncPregelLoop`` or ``PregelRunner`` is left; nothing of ours may hold one. (A run with a
+    handoff leaves some of LangGraph's own, in its ``ParentCommand`` tracebacks: as many with us.)"""
+    import gc
+
+    from langgraph.pregel._loop import SyncPregelLoop
+    from langgraph.pregel._runner import PregelRunner
+
+    def solo() -> Any:
+        builder = StateGraph(MessagesState)
+        builder.add_node("solo", lambda state: {"messages": [AIMessage(content="hi")]})
+        builder.add_edge(START, "solo")
+        return builder.compile()
+
+    def swarm() -> Any:
+        return lg.swarm(triage_latency=0.0, billing_latency=0.0, checkpointer=False)
+
+    def left_after(make: Any) -> int:
+        app = make()
+        gc.collect()
+        gc.disable()
+        try:
+            app.invoke(lg.question())
+            return len([o for o in gc.get_objects() if isinstance(o, (SyncPregelLoop, PregelRunner))])
+        finally:
+            gc.enable()
+
+    plain = left_after(solo), left_after(swarm)
+    instrument(LangGraphHandoffInstrumentor)
+    assert (left_after(solo), left_after(swarm)) == plain
+    assert plain[0] == 0 and len(spans.handoffs()) == 1
+
+
+def test_a_stream_left_open_does_not_hide_the_next_run(traced: Spans) -> None:
+    """The app reads one part of a stream and keeps it (not closed): its run stays current in the
+    app's context; the next run is its own all the same."""
+    left_open = lg.swarm().stream(lg.question(), lg.config("left open"), stream_mode="updates")
+    assert list(next(left_open)) == ["triage"]
+    lg.run_sync(lg.swarm(), thread="next run")
+    [handoff] = [h for h in traced.handoffs() if h.attributes[sc.GEN_AI_CONVERSATION_ID] == "next run"]
+    assert handoff.attributes[sc.SEQUENCE] == 1 and handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert phase_names(traced, handoff) == PHASES
+    left_open.close()
+    assert len(traced.handoffs()) == 2  # the one left open ended when the app closed its stream

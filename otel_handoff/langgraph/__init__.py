@@ -71,12 +71,14 @@ def feature_problems() -> list[str]:
     """What this release lacks of what we rely on beside the wrap points (checked once, at
     ``instrument()``)."""
     problems = []
-    from langchain_core.callbacks import BaseCallbackManager
+    from langgraph._internal import _constants
     from langgraph.errors import GraphBubbleUp  # noqa: F401  (read at instrument())
     from langgraph.types import Command, Send
 
-    if not callable(getattr(BaseCallbackManager, "copy", None)):
-        problems.append("langchain_core.callbacks.BaseCallbackManager.copy")
+    from ._wrappers import TASK_ID
+
+    if getattr(_constants, "CONFIG_KEY_TASK_ID", None) != TASK_ID:
+        problems.append(f"langgraph._internal._constants.CONFIG_KEY_TASK_ID == {TASK_ID!r}")
     if not isinstance(getattr(Command, "PARENT", None), str):
         problems.append("langgraph.types.Command.PARENT")
     if not hasattr(Send, "node"):

@@ -119,15 +119,22 @@ class Invocation:
     """One top-level graph invocation (``invoke``/``stream`` and their async forms): its handoffs
     until each one's new agent speaks."""
 
-    __slots__ = ("conversation", "ended", "handoffs", "loop", "parent", "telemetry", "token", "writes")
+    __slots__ = ("conversation", "ended", "handoffs", "loop_id", "parent", "telemetry", "token", "writes")
 
     def __init__(
-        self, telemetry: GraphTelemetry, conversation: Conversation, parent: otel_context.Context, loop: Any
+        self,
+        telemetry: GraphTelemetry,
+        conversation: Conversation,
+        parent: otel_context.Context,
+        loop_id: int,
     ) -> None:
         self.telemetry = telemetry
         self.conversation = conversation
         self.parent = parent
-        self.loop = loop  # LangGraph's loop of the top-level run
+        # LangGraph's loop of the top-level run, by id: the run's tasks' contexts hold this
+        # invocation, and a reference to the loop from there would keep it for the collector
+        # (LangGraph frees its loop by reference count: its own tests check that)
+        self.loop_id = loop_id
         self.token: Any = None  # CURRENT's, set while it runs
         self.handoffs: list[Handoff] = []
         self.ended = False

@@ -59,7 +59,7 @@ def wrap_loop_enter(telemetry: GraphTelemetry) -> Any:
 
     def enter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         loop = wrapped(*args, **kwargs)
-        if telemetry.enabled and _current() is None:
+        if telemetry.enabled and _top_level(instance):
             _run_started(telemetry, instance)
         return loop
 
@@ -70,7 +70,7 @@ def wrap_loop_aenter(telemetry: GraphTelemetry) -> Any:
     """``AsyncPregelLoop.__aenter__``: the same; LangGraph's coroutine unless a top-level run."""
 
     def aenter(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        if not telemetry.enabled or _current() is not None:
+        if not telemetry.enabled or not _top_level(instance):
             return wrapped(*args, **kwargs)
         return _entered(telemetry, instance, wrapped(*args, **kwargs))
 
@@ -83,6 +83,20 @@ async def _entered(telemetry: GraphTelemetry, loop: Any, entering: Any) -> Any:
     return entered
 
 
+TASK_ID = "__pregel_task_id"  # LangGraph's CONFIG_KEY_TASK_ID (checked at instrument())
+
+
+def _top_level(loop: Any) -> bool:
+    """A graph not run as a task of another (LangGraph's own test): its tasks, and the subgraphs
+    they run, belong to this run. Not "no run current": a stream the app never finished leaves
+    its run current in the app's context, and must not hide the next one."""
+    try:
+        return TASK_ID not in (loop.config.get("configurable") or {})
+    except Exception as exc:
+        report("LangGraph run start", exc)
+        return False
+
+
 def _run_started(telemetry: GraphTelemetry, loop: Any) -> None:
     try:
         thread = ((getattr(loop, "config", None) or {}).get("configurable") or {}).get("thread_id")
@@ -91,7 +105,7 @@ def _run_started(telemetry: GraphTelemetry, loop: Any) -> None:
         current = otel_context.get_current()
         if not trace.get_current_span(current).get_span_context().is_valid:
             current = otel_context.Context()
-        invocation = Invocation(telemetry, conversation, current, loop)
+        invocation = Invocation(telemetry, conversation, current, id(loop))
         invocation.token = CURRENT.set(invocation)
     except Exception as exc:
         report("LangGraph run start", exc)
@@ -102,7 +116,7 @@ def wrap_loop_exit(telemetry: GraphTelemetry) -> Any:
 
     def exit_(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         invocation = CURRENT.get()
-        if invocation is None or invocation.loop is not instance:
+        if invocation is None or invocation.loop_id != id(instance):
             return wrapped(*args, **kwargs)
         try:
             return wrapped(*args, **kwargs)
@@ -117,7 +131,7 @@ def wrap_loop_aexit(telemetry: GraphTelemetry) -> Any:
 
     def aexit(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         invocation = CURRENT.get()
-        if invocation is None or invocation.loop is not instance:
+        if invocation is None or invocation.loop_id != id(instance):
             return wrapped(*args, **kwargs)
         error = args[1] if len(args) > 1 else None
         return _exited(telemetry, invocation, wrapped(*args, **kwargs), error)
