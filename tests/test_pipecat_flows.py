@@ -537,3 +537,26 @@ async def test_the_apps_own_sink_handler_gets_the_same_frames(
         return
     (speech,) = spans.named(sc.SPAN_FIRST_SPEECH)
     assert speech.links[0].context.span_id == handoffs(spans)[0].context.span_id
+
+
+async def test_a_test_double_worker_gets_nothing_of_ours(
+    instrument: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Pipecat's own Flows tests (and apps' tests) build a FlowManager on an ``AsyncMock`` worker:
+    our calls on it would each leave a coroutine nobody awaits, a RuntimeWarning in their run."""
+    import gc
+    import warnings
+    from unittest.mock import AsyncMock, Mock
+
+    instrument(PipecatFlowsHandoffInstrumentor)
+    worker = AsyncMock()  # as Pipecat's tests/flows_test_helpers.py makes it
+    worker.set_reached_downstream_filter = Mock()
+    worker.event_handler = lambda name: lambda handler: handler
+    quiet = caplog.at_level(logging.DEBUG, logger="otel_handoff")
+    with warnings.catch_warnings(record=True) as caught, quiet:
+        warnings.simplefilter("always")
+        FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
+        gc.collect()
+    assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("otel_handoff")] == []
+    assert worker.add_event_handler.call_count == 0 and worker.add_observer.call_count == 0

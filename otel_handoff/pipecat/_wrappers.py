@@ -76,11 +76,15 @@ def wrap_init(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any,
 
 def _watch_worker(telemetry: FlowsTelemetry, flow_manager: Any) -> None:
     """First speech through an observer on the worker; the conversation's end through its event."""
+    from pipecat.pipeline.worker import PipelineWorker
+
     from ._observer import WorkerWatch
 
     state = telemetry.state(flow_manager)
     worker = getattr(flow_manager, "_worker", None)
-    if worker is not None:
+    # a real worker only: a test double (Pipecat's own tests pass an AsyncMock) would answer our
+    # calls with coroutines nobody awaits, a warning each in the app's tests
+    if worker is not None and issubclass(type(worker), PipelineWorker):
         state.watch = WorkerWatch(telemetry, state, worker)
 
 
