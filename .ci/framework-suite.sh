@@ -8,7 +8,8 @@
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
-# Only LangGraph is wired up so far (its sdist ships its tests).
+# Wired up: LangGraph and the OpenAI Agents SDK (their source releases ship their tests; Pipecat's
+# does not). A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -25,13 +26,19 @@ case "$framework" in
     instrumentor="otel_handoff.langgraph:LangGraphHandoffInstrumentor"
     export NO_DOCKER=true  # no Redis or Postgres: those parametrizations are left out
     ;;
+  openai-agents)
+    deps=(pytest pytest-asyncio pytest-mock inline-snapshot "fastapi>=0.110,<1" aiosqlite fakeredis
+          websockets graphviz rich textual cryptography eval-type-backport grpcio "aiohttp>=3.14.3,<4")
+    instrumentor="otel_handoff.openai_agents:OpenAIAgentsHandoffInstrumentor"
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 
 python3 -m venv "$work/venv"
 "$work/venv/bin/pip" install -q "$framework==$release" "${deps[@]}" -e "$repo[$framework]"
 "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$framework==$release"
-tar xzf "$work/$framework-$release.tar.gz" -C "$work"
+tar xzf "$work"/*.tar.gz -C "$work"
+source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
 cat > "$work/otel_handoff_suite_plugin.py" <<EOF
 """Instrument $framework at pytest start-up (spans to memory)."""
 import importlib
@@ -51,9 +58,10 @@ EOF
 run() {  # $1: plain | traced
   local extra=()
   [[ $1 == traced ]] && extra=(-p otel_handoff_suite_plugin)
-  (cd "$work/$framework-$release" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q \
-    -p no:cacheprovider -p no:xdist -o addopts="" tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
-  grep -E '^FAILED|^ERROR' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
+  (cd "$source_dir" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
+    -p no:xdist -o addopts="" --continue-on-collection-errors tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
+  # pytest's short summary ("FAILED tests/x.py::t - why"), not captured log lines ("ERROR    asyncio:…")
+  grep -E '^(FAILED|ERROR) [^ ]' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
   tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
   echo "$1: $(cat "$work/$1.summary")"
 }
