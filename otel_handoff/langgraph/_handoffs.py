@@ -153,18 +153,15 @@ class Invocation:
         handler_end_ns: int = 0,
     ) -> Handoff:
         """A handoff asked for: it waits for its target node in the graph at ``graph_ns``."""
-        handoff = Handoff(
-            self,
-            self.conversation.next_sequence(),
-            from_agent,
-            to_agent,
-            trigger,
-            tool_name,
-            tool_call_id,
-            start_ns,
-            graph_ns,
+        handoff = self._handoff(
+            from_agent=from_agent,
+            to_agent=to_agent,
+            trigger=trigger,
+            tool_name=tool_name,
+            tool_call_id=tool_call_id,
+            start_ns=start_ns,
+            graph_ns=graph_ns,
             handler_end_ns=handler_end_ns,
-            writes_before=self.writes,
         )
         telemetry = self.telemetry
         with telemetry.lock:
@@ -172,6 +169,16 @@ class Invocation:
             telemetry.unstarted += 1
             telemetry.in_flight += 1
         return handoff
+
+    def failed(self, error: BaseException, **fields: Any) -> None:
+        """A handoff tool raised before returning its ``Command``: a failed handoff, emitted at
+        once and never in flight (``fields`` as for :meth:`decided`)."""
+        handoff = self._handoff(done=True, **fields)
+        handoff.emit(handoff.handler_end_ns, spoke=False, error=error)
+
+    def _handoff(self, **fields: Any) -> Handoff:
+        """A handoff of this invocation: the next sequence number, the checkpoint writes so far."""
+        return Handoff(self, self.conversation.next_sequence(), writes_before=self.writes, **fields)
 
     def node_started(self, node: str, namespace: str) -> None:
         """A node started (its task's checkpoint namespace): the handoffs to it, in its graph, wait

@@ -293,21 +293,17 @@ def _tool_failed(
         if not isinstance(destination, str) or isinstance(error, telemetry.bubble_types):
             return
         from_agent, graph_ns, name, call_id = _tool_identity(tool, kwargs)
-        now = time.time_ns()
-        handoff = Handoff(
-            invocation,
-            invocation.conversation.next_sequence(),
-            from_agent,
-            destination,
-            sc.TRIGGER_TOOL,
-            name,
-            call_id,
-            start_ns,
-            graph_ns,
-            handler_end_ns=now,
-            done=True,
+        invocation.failed(
+            error,
+            from_agent=from_agent,
+            to_agent=destination,
+            trigger=sc.TRIGGER_TOOL,
+            tool_name=name,
+            tool_call_id=call_id,
+            start_ns=start_ns,
+            graph_ns=graph_ns,
+            handler_end_ns=time.time_ns(),
         )
-        handoff.emit(now, spoke=False, error=error)
     except Exception as exc:
         report("LangGraph tool error", exc)
 
