@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from frameworks_overhead import merged, opcodes  # run from bench/, as its siblings are
+from frameworks_overhead import opcodes, publish  # run from bench/, as its siblings are
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -493,14 +492,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--framework", help="measure only this framework's paths (keep the others' rows)")
     args = parser.parse_args(argv)
-    previous = RESULTS / "between_handoffs.json"
     paths = [p for p in _paths() if args.framework in (None, p.framework)]
-    rows = merged(previous, [measure(path, args.runs) for path in paths])
-    text = markdown(rows)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "between_handoffs.md").write_text("# Python work between handoffs, per event\n\n" + text)
-    previous.write_text(json.dumps(rows, indent=2) + "\n")
+    rows = [measure(path, args.runs) for path in paths]
+    publish("between_handoffs", "Python work between handoffs, per event", rows, markdown)
     return 0
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import statistics
 import sys
@@ -155,8 +156,8 @@ def _scenarios() -> list[Scenario]:
     return found
 
 
-def opcodes(run: Callable[[], Any]) -> int:
-    """Bytecode instructions executed while ``run()`` runs."""
+def opcodes(run: Callable[[], Any], by_file: collections.Counter[str] | None = None) -> int:
+    """Bytecode instructions executed while ``run()`` runs (and, into ``by_file``, per source file)."""
     count = 0
 
     def trace_call(frame: Any, event: str, arg: Any) -> Any:
@@ -166,6 +167,8 @@ def opcodes(run: Callable[[], Any]) -> int:
             nonlocal count
             if event == "opcode":
                 count += 1
+                if by_file is not None:
+                    by_file[frame.f_code.co_filename] += 1
             return trace_opcode
 
         return trace_opcode
@@ -178,12 +181,21 @@ def opcodes(run: Callable[[], Any]) -> int:
     return count
 
 
-def merged(previous: Path, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows``, after the last rows of the frameworks not measured here (another environment's)."""
+def publish(
+    name: str, title: str, rows: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], str]
+) -> None:
+    """Print a bench's table and keep it in ``results/<name>.md`` and ``.json``: ``rows`` after the
+    last rows of the frameworks not measured here (another environment's)."""
+    previous = RESULTS / f"{name}.json"
     measured = {row["framework"] for row in rows}
-    if not previous.exists():
-        return rows
-    return [row for row in json.loads(previous.read_text()) if row["framework"] not in measured] + rows
+    if previous.exists():
+        kept = [row for row in json.loads(previous.read_text()) if row["framework"] not in measured]
+        rows = kept + rows
+    text = render(rows)
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{name}.md").write_text(f"# {title}\n\n" + text)
+    previous.write_text(json.dumps(rows, indent=2) + "\n")
 
 
 def _ours(spans: tuple[ReadableSpan, ...]) -> list[ReadableSpan]:
@@ -295,12 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args(argv)
-    rows = merged(RESULTS / "frameworks.json", [measure(scenario, args.runs) for scenario in _scenarios()])
-    text = markdown(rows)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "frameworks.md").write_text("# Python work per handoff, every framework\n\n" + text)
-    (RESULTS / "frameworks.json").write_text(json.dumps(rows, indent=2) + "\n")
+    rows = [measure(scenario, args.runs) for scenario in _scenarios()]
+    publish("frameworks", "Python work per handoff, every framework", rows, markdown)
     return 0
 
 

@@ -15,11 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import json
-import sys
 from typing import Any
 
-from frameworks_overhead import RESULTS, Scenario, _scenarios, merged  # run from bench/, as its siblings are
+from frameworks_overhead import Scenario, _scenarios, opcodes, publish  # run from bench/, as its siblings are
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -36,24 +34,9 @@ def _by_file(scenario: Scenario, meter_provider: Any) -> collections.Counter[str
         tracer_provider=TracerProvider(), meter_provider=meter_provider, skip_dep_check=True
     )
     counts: collections.Counter[str] = collections.Counter()
-
-    def trace_call(frame: Any, event: str, arg: Any) -> Any:
-        frame.f_trace_opcodes = True
-
-        def trace_opcode(frame: Any, event: str, arg: Any) -> Any:
-            if event == "opcode":
-                counts[frame.f_code.co_filename] += 1
-            return trace_opcode
-
-        return trace_opcode
-
     try:
         asyncio.run(scenario.run())
-        sys.settrace(trace_call)
-        try:
-            asyncio.run(scenario.run())
-        finally:
-            sys.settrace(None)
+        opcodes(lambda: asyncio.run(scenario.run()), by_file=counts)
     finally:
         instrumentor.uninstrument()
     return counts
@@ -123,13 +106,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    previous = RESULTS / "metrics_share.json"
-    rows = merged(previous, [measure(scenario) for scenario in [*_livekit(), *_scenarios()]])
-    text = markdown(rows)
-    print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "metrics_share.md").write_text("# Our work around the SDK's metric records\n\n" + text)
-    previous.write_text(json.dumps(rows, indent=2) + "\n")
+    rows = [measure(scenario) for scenario in [*_livekit(), *_scenarios()]]
+    publish("metrics_share", "Our work around the SDK's metric records", rows, markdown)
     return 0
 
 
