@@ -140,29 +140,10 @@ class Invocation:
         self.ended = False
         self.writes = 0  # the checkpointer's, counted while a handoff is in flight
 
-    def decided(
-        self,
-        *,
-        from_agent: str | None,
-        to_agent: str,
-        trigger: str,
-        tool_name: str | None,
-        tool_call_id: str | None,
-        start_ns: int,
-        graph_ns: str,
-        handler_end_ns: int = 0,
-    ) -> Handoff:
-        """A handoff asked for: it waits for its target node in the graph at ``graph_ns``."""
-        handoff = self._handoff(
-            from_agent=from_agent,
-            to_agent=to_agent,
-            trigger=trigger,
-            tool_name=tool_name,
-            tool_call_id=tool_call_id,
-            start_ns=start_ns,
-            graph_ns=graph_ns,
-            handler_end_ns=handler_end_ns,
-        )
+    def decided(self, **fields: Any) -> Handoff:
+        """A handoff asked for (``fields``: :class:`Handoff`'s from ``from_agent`` on): it waits for
+        its target node in the graph at ``graph_ns``."""
+        handoff = Handoff(self, self.conversation.next_sequence(), writes_before=self.writes, **fields)
         telemetry = self.telemetry
         with telemetry.lock:
             self.handoffs.append(handoff)
@@ -173,12 +154,9 @@ class Invocation:
     def failed(self, error: BaseException, **fields: Any) -> None:
         """A handoff tool raised before returning its ``Command``: a failed handoff, emitted at
         once and never in flight (``fields`` as for :meth:`decided`)."""
-        handoff = self._handoff(done=True, **fields)
+        handoff = Handoff(self, self.conversation.next_sequence(), writes_before=self.writes, **fields)
+        handoff.done = True
         handoff.emit(handoff.handler_end_ns, spoke=False, error=error)
-
-    def _handoff(self, **fields: Any) -> Handoff:
-        """A handoff of this invocation: the next sequence number, the checkpoint writes so far."""
-        return Handoff(self, self.conversation.next_sequence(), writes_before=self.writes, **fields)
 
     def node_started(self, node: str, namespace: str) -> None:
         """A node started (its task's checkpoint namespace): the handoffs to it, in its graph, wait
