@@ -295,7 +295,7 @@ def _livekit(handoff: bool, *, chunks: bool = False) -> Callable[[int], Awaitabl
     ``update_agent`` (its new agent's first reply is the one streamed)."""
     from livekit.agents import Agent, AgentSession, llm, utils
 
-    from otel_handoff.cli.offline.livekit import ScriptedLLM, ScriptedLLMStream
+    from otel_handoff.cli.offline.livekit import ScriptedLLM, ScriptedLLMStream, settle
 
     class ChunkedStream(ScriptedLLMStream):
         chunks = 1
@@ -325,7 +325,7 @@ def _livekit(handoff: bool, *, chunks: bool = False) -> Callable[[int], Awaitabl
         await session.start(agent=Desk())
         if handoff:
             session.update_agent(Desk())
-            await session._update_activity_atask  # the handoff task (private, but exact)
+            await settle(session)  # the handoff and the new agent's on_enter
         for _ in range(1 if chunks else n):
             await session.generate_reply(user_input="hi")
         await session.aclose()

@@ -49,7 +49,7 @@ def _livekit() -> list[Scenario]:
     try:
         from livekit.agents import Agent, AgentSession
 
-        from otel_handoff.cli.offline.livekit import ScriptedLLM
+        from otel_handoff.cli.offline.livekit import ScriptedLLM, settle
         from otel_handoff.livekit import LiveKitHandoffInstrumentor
     except ImportError:
         return []
@@ -63,7 +63,7 @@ def _livekit() -> list[Scenario]:
         await session.start(agent=Desk())
         for _ in range(4):
             session.update_agent(Desk())
-            await session._update_activity_atask  # the handoff task (private, but exact)
+            await settle(session)  # the handoff and the new agent's on_enter
         await session.aclose()
 
     return [Scenario("livekit", "4 update_agent handoffs", run, LiveKitHandoffInstrumentor, 4)]

@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 from packaging.version import Version
 from support import HANDOFF_ALWAYS, Spans
 
-from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from otel_handoff.cli.offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT, settle
 from otel_handoff.core import schema as sc
 from otel_handoff.livekit._features import detect
 
@@ -36,15 +36,6 @@ async def running(agent: Any, **session_kwargs: Any) -> AsyncIterator[AgentSessi
         yield session
     finally:
         await session.aclose()
-
-
-async def settle(session: AgentSession) -> None:
-    """Wait for the handoff in flight and the new agent's on_enter task (private, but exact)."""
-    if session._update_activity_atask is not None:
-        await asyncio.gather(session._update_activity_atask, return_exceptions=True)
-    activity = session._activity
-    if activity is not None and activity._on_enter_task is not None:
-        await asyncio.gather(activity._on_enter_task, return_exceptions=True)
 
 
 def check_schema(span: ReadableSpan) -> dict[str, Any]:

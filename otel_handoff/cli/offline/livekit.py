@@ -26,7 +26,18 @@ __all__ = [
     "ScriptedLLMStream",
     "SilentRecognizeStream",
     "SilentSTT",
+    "settle",
 ]
+
+
+async def settle(session: Any) -> None:
+    """Wait for the handoff in flight and the new agent's on_enter task (private, but exact); what
+    they raise is theirs to report, not the waiter's."""
+    if session._update_activity_atask is not None:
+        await asyncio.gather(session._update_activity_atask, return_exceptions=True)
+    activity = session._activity
+    if activity is not None and activity._on_enter_task is not None:
+        await asyncio.gather(activity._on_enter_task, return_exceptions=True)
 
 
 def _tool_name(tool: Any) -> str | None:
