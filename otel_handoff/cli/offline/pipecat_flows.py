@@ -10,6 +10,7 @@ stage emits the bot started/stopped speaking frames a transport would (optionall
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,35 @@ SAMPLE_RATE = 16000
 Reply = str | Sequence[tuple[str, dict[str, Any]]]
 
 
+class Progress:
+    """Pipecat's state moves only as frames move: the scripted edges say when a frame passed, and a
+    wait checks its condition then, never on a timer (so a run does the same work however slow the
+    machine, and a bench under ``sys.settrace`` counts no polling)."""
+
+    def __init__(self) -> None:
+        self._moved = asyncio.Event()
+
+    def moved(self) -> None:
+        self._moved.set()
+
+    async def until(self, condition: Callable[[], bool], failure: str) -> None:
+        """Until ``condition`` holds; ``RUN_TIMEOUT`` fails a broken scenario with ``failure``."""
+
+        async def wait() -> None:
+            while not condition():
+                self._moved.clear()
+                await self._moved.wait()
+
+        try:
+            await asyncio.wait_for(wait(), RUN_TIMEOUT)
+        except asyncio.TimeoutError:
+            raise TimeoutError(failure) from None
+
+
+# the running flow's, for the steps' waits (``node_reached``)
+_PROGRESS: contextvars.ContextVar[Progress] = contextvars.ContextVar("otel_handoff_offline_pipecat")
+
+
 class ScriptedLLM(LLMService):
     """Answers each context with the next scripted reply; ``run_inference`` makes summaries."""
 
@@ -79,6 +109,7 @@ class ScriptedLLM(LLMService):
         self.answered = 0
         self.summary_delay = summary_delay
         self.summary = summary
+        self.progress = Progress()
 
     async def process_frame(self, frame: Frame, direction: Any) -> None:
         await super().process_frame(frame, direction)
@@ -91,6 +122,7 @@ class ScriptedLLM(LLMService):
             self.answered += 1
         else:
             await self.push_frame(frame, direction)
+        self.progress.moved()
 
     async def _answer(self, context: LLMContext) -> bool:
         """Push the next scripted answer; whether it was speech."""
@@ -149,6 +181,7 @@ class SpeakerOutput(FrameProcessor):
         self.ends: set[int] = set()  # ids of the LLMFullResponseEndFrames that reached it
         self.unordered: set[int] = set()  # indexes into seen of system and upstream frames
         self.audio_in = 0  # the caller's audio frames that passed through
+        self.progress = Progress()
 
     async def process_frame(self, frame: Frame, direction: Any) -> None:
         await super().process_frame(frame, direction)
@@ -166,6 +199,20 @@ class SpeakerOutput(FrameProcessor):
         await self.push_frame(frame, direction)
         if isinstance(frame, TTSStoppedFrame):
             await self.broadcast_frame(BotStoppedSpeakingFrame)
+        self.progress.moved()
+
+
+class _Tail(FrameProcessor):
+    """The pipeline's last stage: what the assistant aggregator lets through moved the flow too."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__()
+        self.progress = progress
+
+    async def process_frame(self, frame: Frame, direction: Any) -> None:
+        await super().process_frame(frame, direction)
+        await self.push_frame(frame, direction)
+        self.progress.moved()
 
 
 @dataclass
@@ -214,13 +261,17 @@ async def run_flow(
 ) -> FlowRun:
     """Run a flow: initialize at ``initial_node``, take ``steps``, stop once ``until`` holds.
 
-    Waits on Pipecat's own events (the pipeline started, a node was set, the output fell
-    silent), never on a guessed time; ``RUN_TIMEOUT`` only bounds a broken scenario.
+    Waits on Pipecat's own events (the pipeline started) and on frames passing the scripted
+    stages (``Progress``), never on a guessed time; ``RUN_TIMEOUT`` only bounds a broken scenario.
     """
+    progress = Progress()
     llm = ScriptedLLM(replies, summary_delay=summary_delay, summary=summary)
     output = output if output is not None else SpeakerOutput(paced=paced)
+    llm.progress = output.progress = progress
     aggregators = LLMContextAggregatorPair(LLMContext())
-    pipeline = Pipeline([aggregators.user(), llm, SilentTTS(), output, aggregators.assistant()])
+    pipeline = Pipeline(
+        [aggregators.user(), llm, SilentTTS(), output, aggregators.assistant(), _Tail(progress)]
+    )
     worker = PipelineWorker(
         pipeline,
         params=PipelineParams(),
@@ -244,13 +295,13 @@ async def run_flow(
             await flow_manager.initialize(initial_node)
             run.nodes.append(flow_manager.current_node)
             if initial_node.get("respond_immediately", True):  # the greeting is answered first
-                await _until(lambda: llm.answered > 0, "the model never answered the first node")
+                await progress.until(lambda: llm.answered > 0, "the model never answered the first node")
             for step in steps:
                 await _quiet(output, llm)
                 await step(flow_manager, worker)
                 await _settled(flow_manager, output, llm)
                 run.nodes.append(flow_manager.current_node)
-            await _until(lambda: until(flow_manager), "the flow did not reach its end")
+            await progress.until(lambda: until(flow_manager), "the flow did not reach its end")
             await _quiet(output, llm)
         finally:
             run.final_node = flow_manager.current_node
@@ -259,9 +310,11 @@ async def run_flow(
     runner = WorkerRunner(handle_sigint=False)
     await runner.add_workers(worker)
     running = asyncio.create_task(runner.run())
+    token = _PROGRESS.set(progress)
     try:
         await drive()
     finally:  # the EndFrame is queued: the pipeline ends, whether the scenario held or not
+        _PROGRESS.reset(token)
         await asyncio.wait_for(running, RUN_TIMEOUT)
     run.frames = [name for i, name in enumerate(output.seen) if i not in output.unordered]
     run.unordered_frames = sorted(name for i, name in enumerate(output.seen) if i in output.unordered)
@@ -270,22 +323,12 @@ async def run_flow(
 
 async def node_reached(flow_manager: FlowManager, name: str) -> None:
     """Until the flow is at node ``name``."""
-    await _until(lambda: flow_manager.current_node == name, f"the flow never reached {name}")
-
-
-async def _until(condition: Callable[[], bool], failure: str) -> None:
-    """Poll Pipecat's state until ``condition`` holds; ``RUN_TIMEOUT`` fails a broken scenario."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + RUN_TIMEOUT
-    while not condition():
-        if loop.time() > deadline:
-            raise TimeoutError(failure)
-        await asyncio.sleep(0.005)
+    await _PROGRESS.get().until(lambda: flow_manager.current_node == name, f"the flow never reached {name}")
 
 
 async def _quiet(output: SpeakerOutput, llm: ScriptedLLM) -> None:
     """Until every spoken answer has reached the output and the bot is not speaking."""
-    await _until(
+    await output.progress.until(
         lambda: (
             output.seen.count("TTSStartedFrame") == output.seen.count("TTSStoppedFrame")
             and all(id(end) in output.ends for end in llm.spoken_ends)
@@ -298,7 +341,7 @@ async def _settled(flow_manager: FlowManager, output: SpeakerOutput, llm: Script
     """Until the bot has answered (or stayed silent) after the step and no function call runs."""
     seen = len(output.seen)
     assistant = flow_manager._context_aggregator.assistant()
-    await _until(
+    await output.progress.until(
         lambda: len(output.seen) > seen and not assistant.has_function_calls_in_progress,
         "the flow did not settle after the step",
     )
