@@ -86,7 +86,9 @@ class WorkerWatch:
 
     def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
         self._worker = weakref.ref(worker)
-        self._observer = _FirstSpeech(telemetry, state)
+        self._telemetry = telemetry
+        self._state = state
+        self._observer: _FirstSpeech | None = None  # made when first needed: seldom
         self._on_demand = telemetry.observer_on_demand
         self._sink_events = telemetry.sink_events
         self._attached = False  # our observer
@@ -111,7 +113,7 @@ class WorkerWatch:
         worker.add_event_handler(_FINISHED, finished)
         if not self._on_demand and not self._sink_only_ours(worker):
             self._observer_always = True  # it cannot join later (1.5): there from the start
-            worker.add_observer(self._observer)
+            worker.add_observer(self._first_speech())
             self._attached = True
 
     def await_speech(self) -> None:
@@ -126,7 +128,7 @@ class WorkerWatch:
                 self._filtered = True
             self._listening = True
         elif self._on_demand:
-            worker.add_observer(self._observer)
+            worker.add_observer(self._first_speech())
             self._attached = True
 
     def speech_seen(self) -> None:
@@ -147,6 +149,11 @@ class WorkerWatch:
             self._stop_listening(worker)
         if self._attached:
             self._remove_observer()
+
+    def _first_speech(self) -> _FirstSpeech:
+        if self._observer is None:
+            self._observer = _FirstSpeech(self._telemetry, self._state)
+        return self._observer
 
     def _sink_only_ours(self, worker: Any) -> bool:
         """Can the sink's event carry first speech to us without the app's handler seeing more?
@@ -169,8 +176,10 @@ class WorkerWatch:
         worker.remove_event_handler(_REACHED, self._reached)
         if self._filtered:
             self._filtered = False
-            kept = tuple(t for t in worker.reached_downstream_types if t is not BotStartedSpeakingFrame)
-            worker.set_reached_downstream_filter(kept)
+            kept = list(worker.reached_downstream_types)
+            if BotStartedSpeakingFrame in kept:  # once: we added it only where no type took it
+                kept.remove(BotStartedSpeakingFrame)
+                worker.set_reached_downstream_filter(tuple(kept))
 
     def _remove_observer(self) -> None:
         """``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it
@@ -179,7 +188,7 @@ class WorkerWatch:
         self._attached = False
         if worker is None:
             return
-        removal = worker.remove_observer(self._observer)
+        removal = worker.remove_observer(self._first_speech())
         loop = self._loop if self._loop is not None and self._loop.is_running() else _running_loop()
         if loop is None:
             _complete_now(removal)

@@ -14,6 +14,7 @@ its value; our bookkeeping runs through ``guard``, so a fault of ours never reac
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import time
 from contextvars import ContextVar
@@ -21,10 +22,12 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from pipecat.pipeline.worker import PipelineWorker
 
 from ..core import schema as sc
 from ..core.faults import guard
 from ..core.record import PhaseRecord
+from ._observer import WorkerWatch
 from ._transition import FlowState, FlowsTelemetry, Transition
 
 
@@ -76,10 +79,6 @@ def wrap_init(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any,
 
 def _watch_worker(telemetry: FlowsTelemetry, flow_manager: Any) -> None:
     """First speech through an observer on the worker; the conversation's end through its event."""
-    from pipecat.pipeline.worker import PipelineWorker
-
-    from ._observer import WorkerWatch
-
     state = telemetry.state(flow_manager)
     worker = getattr(flow_manager, "_worker", None)
     # a real worker only: a test double (Pipecat's own tests pass an AsyncMock) would answer our
@@ -125,7 +124,20 @@ def _with_request_hook(telemetry: FlowsTelemetry, flow_manager: Any, params: Any
         guard("result_callback", _note_request, telemetry, flow_manager, call)
         return await result_callback(*cb_args, **cb_kwargs)
 
-    return dataclasses.replace(params, result_callback=noting_result_callback)
+    return _copy_with(params, "result_callback", noting_result_callback)
+
+
+def _copy_with(obj: Any, name: str, value: Any) -> Any:
+    """A shallow copy of ``obj`` with one attribute set, as ``dataclasses.replace`` makes for
+    ``FunctionCallParams``, by its ``__dict__``: about 20 opcodes, where ``replace`` walks the
+    fields (330) and ``copy.copy`` dispatches by protocol (160), on every tool transition."""
+    try:
+        copied = object.__new__(type(obj))
+        copied.__dict__.update(obj.__dict__)
+    except (AttributeError, TypeError):  # slots, or a type object.__new__ cannot make
+        copied = copy.copy(obj)
+    object.__setattr__(copied, name, value)
+    return copied
 
 
 def _note_request(telemetry: FlowsTelemetry, flow_manager: Any, call: _ToolCall) -> None:
@@ -276,9 +288,8 @@ async def wrap_execute_actions(
 ) -> Any:
     pre = _arg(args, kwargs, 0, "pre_actions")
     actions = pre or _arg(args, kwargs, 1, "post_actions") or ()
-    types = tuple(str(a.get("type")) for a in actions if isinstance(a, dict))
     return await _timed(
-        telemetry, sc.PHASE_PRE_ACTIONS if pre else sc.PHASE_POST_ACTIONS, wrapped, args, kwargs, types
+        telemetry, sc.PHASE_PRE_ACTIONS if pre else sc.PHASE_POST_ACTIONS, wrapped, args, kwargs, actions
     )
 
 
@@ -300,13 +311,14 @@ async def _timed(
     wrapped: Any,
     args: Any,
     kwargs: Any,
-    actions: tuple[str, ...] = (),
+    actions: Any = (),
 ) -> Any:
-    """Time phase ``name`` of the transition being set, if any (``actions``: the action types)."""
+    """Time phase ``name`` of the transition being set, if any (``actions``: Flows' action configs)."""
     transition = _CURRENT.get()
     if transition is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    attributes = {sc.ACTIONS: list(actions)} if actions else None
+    types = [str(a.get("type")) for a in actions if isinstance(a, dict)] if actions else None
+    attributes = {sc.ACTIONS: types} if types else None
     phase = transition.phases[name] = PhaseRecord(name, time.time_ns(), attributes=attributes)
     try:
         return await wrapped(*args, **kwargs)
