@@ -470,9 +470,9 @@ async def test_uninstrument_takes_our_observer_and_handler_off_the_worker(instru
 
 async def test_first_speech_is_watched_only_while_awaited_and_by_no_observer(instrument: Any) -> None:
     """Between transitions nothing of ours is on the worker's frame paths: no observer (which
-    would make Pipecat queue every frame push to it), and our sink handler and its frame type
-    only while a transition awaits the bot's speech."""
-    from pipecat.frames.frames import BotStartedSpeakingFrame, TTSStoppedFrame
+    would make Pipecat queue every frame push to it), and our source handler and its frame type
+    only while a transition awaits the bot's speech; Flows' own sink handler and types untouched."""
+    from pipecat.frames.frames import BotStartedSpeakingFrame, BotStoppedSpeakingFrame
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineWorker
 
@@ -481,40 +481,53 @@ async def test_first_speech_is_watched_only_while_awaited_and_by_no_observer(ins
     instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
     worker = PipelineWorker(Pipeline([]))
     flow_manager = FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
-    worker.add_reached_downstream_filter((TTSStoppedFrame,))  # the app's own type, beside Flows'
+    worker.add_reached_upstream_filter((BotStoppedSpeakingFrame,))  # the app's own type
     watch = instrumentor._telemetry.state(flow_manager).watch
 
-    def on_paths() -> tuple[int, int, set[type]]:
+    def on_paths() -> tuple[int, int, set[type], int, set[type]]:
         observers = [o for o in worker._observer._observers if isinstance(o, _observer._FirstSpeech)]
-        handlers = worker._event_handlers["on_frame_reached_downstream"].handlers
-        return len(observers), len(handlers), set(worker.reached_downstream_types)
+        source = worker._event_handlers["on_frame_reached_upstream"].handlers
+        sink = worker._event_handlers["on_frame_reached_downstream"].handlers
+        return (
+            len(observers),
+            len(source),
+            set(worker.reached_upstream_types),
+            len(sink),
+            set(worker.reached_downstream_types),
+        )
 
-    between = on_paths()  # Flows' own sink handler and types, and the app's type
-    assert between[:2] == (0, 1) and TTSStoppedFrame in between[2]
+    between = on_paths()  # the app's upstream type; Flows' own sink handler and types
+    assert between[:3] == (0, 0, {BotStoppedSpeakingFrame}) and between[3] == 1
     watch.await_speech()  # a transition ended
     watch.await_speech()
-    assert on_paths() == (0, 2, between[2] | {BotStartedSpeakingFrame})
+    assert on_paths() == (0, 1, {BotStoppedSpeakingFrame, BotStartedSpeakingFrame}, *between[3:])
     watch.speech_seen()  # the bot spoke in the new node
     assert on_paths() == between
 
 
-@pytest.mark.parametrize("wants_speech", [False, True])
-async def test_the_apps_own_sink_handler_gets_the_same_frames(
-    provider: TracerProvider, spans: Spans, wants_speech: bool
+@pytest.mark.parametrize(
+    ("direction", "wants_speech"), [("downstream", False), ("upstream", False), ("upstream", True)]
+)
+async def test_the_apps_own_frame_handler_gets_the_same_frames(
+    provider: TracerProvider, spans: Spans, direction: str, wants_speech: bool
 ) -> None:
-    """The app handles ``on_frame_reached_downstream`` itself: its handler gets exactly the frames
-    it got without us (where its filter leaves the bot's speech out, an observer of ours watches
-    instead), and first speech is still measured."""
-    from pipecat.frames.frames import BotStartedSpeakingFrame, TTSStoppedFrame
+    """The app handles ``on_frame_reached_downstream`` or ``_upstream`` itself: its handler gets
+    exactly the frames it got without us (where its upstream filter leaves the bot's speech out, an
+    observer of ours watches instead), and first speech is still measured."""
+    from pipecat.frames.frames import BotStartedSpeakingFrame, BotStoppedSpeakingFrame
 
     async def run() -> list[str]:
         got: list[str] = []
 
         def setup(worker: Any) -> None:
-            wanted = (TTSStoppedFrame, BotStartedSpeakingFrame) if wants_speech else (TTSStoppedFrame,)
-            worker.add_reached_downstream_filter(wanted)
+            wanted = (
+                (BotStoppedSpeakingFrame, BotStartedSpeakingFrame)
+                if wants_speech
+                else (BotStoppedSpeakingFrame,)
+            )
+            getattr(worker, f"add_reached_{direction}_filter")(wanted)
 
-            @worker.event_handler("on_frame_reached_downstream")
+            @worker.event_handler(f"on_frame_reached_{direction}")
             async def reached(_: Any, frame: Any) -> None:
                 got.append(type(frame).__name__)
 
@@ -529,10 +542,9 @@ async def test_the_apps_own_sink_handler_gets_the_same_frames(
         traced = await run()
     finally:
         instrumentor.uninstrument()
-    assert traced == plain and "TTSStoppedFrame" in plain
+    assert traced == plain and "BotStoppedSpeakingFrame" in plain
     assert ("BotStartedSpeakingFrame" in plain) is wants_speech
-    assert "BotStoppedSpeakingFrame" in plain  # Flows' own type: the app's handler gets it too
-    if not wants_speech and not on_demand:  # pipecat-ai 1.5: no observer can join now (documented)
+    if direction == "upstream" and not wants_speech and not on_demand:  # 1.5: no observer can join now
         assert spans.named(sc.SPAN_FIRST_SPEECH) == []
         return
     (speech,) = spans.named(sc.SPAN_FIRST_SPEECH)

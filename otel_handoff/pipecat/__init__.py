@@ -90,7 +90,7 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             return  # not installed, or a pipecat-ai before Flows moved in: nothing to trace
         from importlib.metadata import version
 
-        from ._observer import observers_join_running_pipelines, sink_events_carry_frames
+        from ._observer import observers_join_running_pipelines, source_events_carry_frames
         from ._transition import FlowsTelemetry
 
         installed = version("pipecat-ai")
@@ -100,7 +100,7 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
             metrics,
             self.static_attributes(sc.FRAMEWORK_PIPECAT, installed),
             observer_on_demand=observers_join_running_pipelines(),
-            sink_events=sink_events_carry_frames(),
+            source_events=source_events_carry_frames(),
         )
         if self.wrap_all(
             _wrap_points(telemetry),

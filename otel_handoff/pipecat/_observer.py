@@ -1,16 +1,19 @@
 """What we put on a flow's worker to see the bot's first speech after a transition, and a handler
 for the conversation's end; and how ``uninstrument()`` takes them off again.
 
-First speech is a ``BotStartedSpeakingFrame`` reaching the worker's sink: while a transition awaits
-it, and only then, the worker's own ``on_frame_reached_downstream`` event carries it to a handler
-of ours (its type added to the worker's filter; Pipecat tests every frame against that filter
-anyway, so the frames in between cost nothing of ours). Where the app handles that event itself,
-with a filter that leaves the frame out, adding it would change what the app's handler gets: there
-an observer watches instead. An observer is not free: Pipecat then queues every frame push of the
-pipeline (audio included) to it through a proxy task. It is only there while speech is awaited,
-where Pipecat can add one to a running pipeline (1.7 and later). On a release that cannot (1.5) it
-is there from the start if the app's handler is there when Flows starts; one the app adds later
-leaves that conversation without ``first_speech``.
+First speech is a ``BotStartedSpeakingFrame`` reaching the worker's source: the output transport
+sends one copy downstream and one upstream (so the processors before it learn the bot speaks).
+While a transition awaits it, and only then, the worker's own ``on_frame_reached_upstream`` event
+carries the upstream copy to a handler of ours (its type added to the worker's upstream filter;
+Pipecat tests every upstream frame against that filter anyway, so the frames in between cost
+nothing of ours). Upstream, not downstream: Flows keeps its own handler and filter on the
+downstream event, and would be called for our frame type too. Where the app handles the upstream
+event itself, with a filter that leaves the frame out, adding it would change what the app's
+handler gets: there an observer watches instead. An observer is not free: Pipecat then queues every
+frame push of the pipeline (audio included) to it through a proxy task. It is only there while
+speech is awaited, where Pipecat can add one to a running pipeline (1.7 and later). On a release
+that cannot (1.5) it is there from the start if the app's handler is there when Flows starts; one
+the app adds later leaves that conversation without ``first_speech``.
 """
 
 from __future__ import annotations
@@ -31,8 +34,7 @@ from ._transition import FlowState, FlowsTelemetry
 
 _LOG = logging.getLogger(__name__)
 _FINISHED = "on_pipeline_finished"
-_REACHED = "on_frame_reached_downstream"
-_FLOWS_ACTIONS = "pipecat.flows.actions"  # Flows' own sink handler (its actions) is defined there
+_REACHED = "on_frame_reached_upstream"
 # observer removals handed to a running loop, kept until done (a task nobody holds can vanish)
 DETACHING: set[asyncio.Future[Any]] = set()
 
@@ -69,19 +71,19 @@ def observers_join_running_pipelines() -> bool:
     return "self._proxies is not None" in source
 
 
-def sink_events_carry_frames() -> bool:
-    """Does the worker report frames of chosen types reaching its sink (``on_frame_reached_downstream``)?"""
+def source_events_carry_frames() -> bool:
+    """Does the worker report frames of chosen types reaching its source (``on_frame_reached_upstream``)?"""
     from pipecat.pipeline.worker import PipelineWorker
 
     return all(
         callable(getattr(PipelineWorker, name, None))
-        for name in ("add_reached_downstream_filter", "set_reached_downstream_filter")
-    ) and isinstance(getattr(PipelineWorker, "reached_downstream_types", None), property)
+        for name in ("add_reached_upstream_filter", "set_reached_upstream_filter")
+    ) and isinstance(getattr(PipelineWorker, "reached_upstream_types", None), property)
 
 
 class WorkerWatch:
     """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our
-    ``on_frame_reached_downstream`` handler (or, where the app's own handler would see more, our
+    ``on_frame_reached_upstream`` handler (or, where the app's own handler would see more, our
     observer)."""
 
     def __init__(self, telemetry: FlowsTelemetry, state: FlowState, worker: Any) -> None:
@@ -90,10 +92,10 @@ class WorkerWatch:
         self._state = state
         self._observer: _FirstSpeech | None = None  # made when first needed: seldom
         self._on_demand = telemetry.observer_on_demand
-        self._sink_events = telemetry.sink_events
+        self._source_events = telemetry.source_events
         self._attached = False  # our observer
-        self._listening = False  # our sink handler
-        self._filtered = False  # we added BotStartedSpeakingFrame to the sink's filter
+        self._listening = False  # our source handler
+        self._filtered = False  # we added BotStartedSpeakingFrame to the source's filter
         self._observer_always = False
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -111,7 +113,7 @@ class WorkerWatch:
         self._finished = finished
         self._reached = reached
         worker.add_event_handler(_FINISHED, finished)
-        if not self._on_demand and not self._sink_only_ours(worker):
+        if not self._on_demand and not self._source_only_ours(worker):
             self._observer_always = True  # it cannot join later (1.5): there from the start
             worker.add_observer(self._first_speech())
             self._attached = True
@@ -121,10 +123,10 @@ class WorkerWatch:
         worker = self._worker()
         if worker is None or self._observer_always or self._listening or self._attached:
             return
-        if self._sink_only_ours(worker):
+        if self._source_only_ours(worker):
             worker.add_event_handler(_REACHED, self._reached)
-            if not issubclass(BotStartedSpeakingFrame, worker.reached_downstream_types):
-                worker.add_reached_downstream_filter((BotStartedSpeakingFrame,))
+            if not issubclass(BotStartedSpeakingFrame, worker.reached_upstream_types):
+                worker.add_reached_upstream_filter((BotStartedSpeakingFrame,))
                 self._filtered = True
             self._listening = True
         elif self._on_demand:
@@ -155,31 +157,29 @@ class WorkerWatch:
             self._observer = _FirstSpeech(self._telemetry, self._state)
         return self._observer
 
-    def _sink_only_ours(self, worker: Any) -> bool:
-        """Can the sink's event carry first speech to us without the app's handler seeing more?
+    def _source_only_ours(self, worker: Any) -> bool:
+        """Can the source's event carry first speech to us without the app's handler seeing more?
 
-        Yes where the app's filter takes the frame already, or no handler of the app's listens:
-        Flows' own (its actions' ``ActionManager``) passes over frame types it does not run
-        actions on. Pipecat keeps the handlers in ``_event_handlers``: unreadable, we do not guess."""
-        if not self._sink_events:
+        Yes where the app's filter takes the frame already, or no handler but ours listens (Flows
+        has none there). Pipecat keeps the handlers in ``_event_handlers``: unreadable, we do not
+        guess."""
+        if not self._source_events:
             return False
-        if issubclass(BotStartedSpeakingFrame, worker.reached_downstream_types):
+        if issubclass(BotStartedSpeakingFrame, worker.reached_upstream_types):
             return True
         registered = getattr(worker, "_event_handlers", {}).get(_REACHED)
         handlers = getattr(registered, "handlers", None)
-        return isinstance(handlers, list) and all(
-            h is self._reached or getattr(h, "__module__", None) == _FLOWS_ACTIONS for h in handlers
-        )
+        return isinstance(handlers, list) and all(h is self._reached for h in handlers)
 
     def _stop_listening(self, worker: Any) -> None:
         self._listening = False
         worker.remove_event_handler(_REACHED, self._reached)
         if self._filtered:
             self._filtered = False
-            kept = list(worker.reached_downstream_types)
+            kept = list(worker.reached_upstream_types)
             if BotStartedSpeakingFrame in kept:  # once: we added it only where no type took it
                 kept.remove(BotStartedSpeakingFrame)
-                worker.set_reached_downstream_filter(tuple(kept))
+                worker.set_reached_upstream_filter(tuple(kept))
 
     def _remove_observer(self) -> None:
         """``remove_observer`` is a coroutine: on a pipeline that runs, it is handed to the loop it

@@ -49,7 +49,7 @@ class FlowsTelemetry(HandoffTelemetry):
     flows: weakref.WeakKeyDictionary[Any, FlowState] = field(default_factory=weakref.WeakKeyDictionary)
     # Pipecat gives an observer added to a running pipeline its proxy (1.7+): ours only while needed
     observer_on_demand: bool = False
-    sink_events: bool = False  # the worker reports chosen frames reaching its sink (first speech)
+    source_events: bool = False  # the worker reports chosen frames reaching its source (first speech)
 
     def state(self, flow_manager: Any) -> FlowState:
         state = self.flows.get(flow_manager)
