@@ -13,6 +13,7 @@ import sys
 import time
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -178,13 +179,17 @@ class ConventionScan(SpanProcessor):
 
     def __init__(self) -> None:
         self.errors_checked = 0
+        self.handoffs_accounted = 0
         self.violations: list[str] = []
+        self._phases: dict[int, list[tuple[int, int]]] = {}  # handoff span id -> its children so far
+        self._ended: dict[int, int] = {}  # handoff span id -> its end
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
         if not scope.startswith("otel_handoff"):
             return
         attributes = span.attributes or {}
+        self._check_accounting(span, attributes)
         self.violations += [
             f"{span.name}: {key} is not a GenAI semconv attribute"
             for key in attributes
@@ -202,6 +207,34 @@ class ConventionScan(SpanProcessor):
                 self.violations.append(f"{span.name}: status ERROR without {sc.ERROR_TYPE}")
             if any(event.name == "exception" for event in span.events):
                 self.violations.append(f"{span.name}: an exception event (error.type is the convention)")
+
+    def _check_accounting(self, span: ReadableSpan, attributes: Any) -> None:
+        """No phase outlives its handoff; phases and ``agent_handoff.unattributed.duration`` cover it."""
+        parent = span.parent.span_id if span.parent is not None else None
+        if span.name != sc.SPAN_HANDOFF:
+            if parent in self._ended and span.end_time > self._ended[parent]:
+                self.violations.append(f"{span.name}: ends after its agent_handoff")
+            elif parent is not None:
+                self._phases.setdefault(parent, []).append((span.start_time, span.end_time))
+            return
+        start, end = span.start_time, span.end_time
+        self._ended[span.context.span_id] = end
+        phases = self._phases.pop(span.context.span_id, [])
+        if not phases:
+            return
+        gaps, reach = 0, start
+        for phase_start, phase_end in sorted(phases):
+            if phase_end > end:
+                self.violations.append(f"{sc.SPAN_HANDOFF}: a phase ends after it")
+            gaps += max(0, min(phase_start, end) - reach)
+            reach = max(reach, phase_end)
+        gaps += max(0, end - reach)
+        reported = attributes.get(sc.UNATTRIBUTED_DURATION)
+        self.handoffs_accounted += 1
+        if gaps >= 1_000_000 and (reported is None or abs(reported * 1e9 - gaps) > 1_000):
+            self.violations.append(f"{sc.SPAN_HANDOFF}: {gaps / 1e6:.3f} ms in no phase, reported {reported}")
+        elif gaps < 1_000_000 and reported is not None:
+            self.violations.append(f"{sc.SPAN_HANDOFF}: unattributed {reported} s reported, {gaps} ns found")
 
 
 # --- what the app sees of warnings -----------------------------------------------------------------

@@ -7,7 +7,6 @@ set-once globals are reset around it) and no OTEL_* variables set.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import http.server
 import logging
 import os
@@ -38,6 +37,7 @@ from support import run_exit_app
 import otel_handoff
 from otel_handoff import _auto, export
 from otel_handoff.cli.offline.livekit import ScriptedLLM
+from otel_handoff.core import delivery
 from otel_handoff.core import schema as sc
 from otel_handoff.core.frameworks import FRAMEWORKS
 from otel_handoff.export import exit as export_exit
@@ -60,7 +60,7 @@ def _reset_globals() -> None:
         if instrumentor.is_instrumented_by_opentelemetry:
             instrumentor.uninstrument()
     export._configured = None
-    atexit.unregister(export_exit.shutdown_at_exit)  # done above, for the providers it created
+    delivery.unregister(export_exit.shutdown_at_exit)  # done above, for the providers it created
     # the API's set-once globals, as opentelemetry-test-utils resets them
     trace._TRACER_PROVIDER_SET_ONCE = Once()
     trace._TRACER_PROVIDER = None

@@ -201,7 +201,9 @@ async def test_slow_on_exit_is_in_drain(instrumented: Spans) -> None:
     assert (drain.end_time - drain.start_time) / 1e9 >= HOLD
 
 
-async def test_slow_on_enter_outlives_handoff(instrumented: Spans) -> None:
+async def test_slow_on_enter_ends_the_handoff(instrumented: Spans) -> None:
+    """The start schedules on_enter: the handoff ends when it does, so no phase outlives its span
+    (Jaeger warns of such a child); its time is the span's, not agent_handoff.duration's (work)."""
     async with running(Triage()) as session:
         session.update_agent(Billing(enter=slow(HOLD)))
         await settle(session)
@@ -210,9 +212,8 @@ async def test_slow_on_enter_outlives_handoff(instrumented: Spans) -> None:
     attrs = check_schema(handoff)
     [on_enter] = instrumented.children(handoff, sc.SPAN_ON_ENTER)
     assert on_enter.attributes[sc.ON_ENTER_DURATION] >= HOLD
-    assert on_enter.end_time > handoff.end_time
-    # on_enter is not part of the handoff's duration: it is within the span, which ends before on_enter
-    assert attrs[sc.DURATION] <= (handoff.end_time - handoff.start_time) / 1e9 + 1e-6
+    assert on_enter.end_time == handoff.end_time
+    assert attrs[sc.DURATION] < HOLD <= (handoff.end_time - handoff.start_time) / 1e9
     assert on_enter.status.status_code is StatusCode.UNSET
 
 

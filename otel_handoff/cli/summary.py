@@ -104,8 +104,10 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
         if spec is None or spec.on_handoff_span:
             continue
         if spec.role != sc.ROLE_LINKED:
-            if span.parent_id:
-                related.setdefault((span.trace_id, span.parent_id), {}).setdefault(spec.name, []).append(span)
+            # a child, or (an on_enter that outlasted its handoff) beside it and linked
+            for handoff_id in span.links or (span.parent_id,):
+                if handoff_id:
+                    related.setdefault((span.trace_id, handoff_id), {}).setdefault(spec.name, []).append(span)
         elif span.links:
             for link in span.links:
                 related.setdefault((span.trace_id, link), {}).setdefault(spec.name, []).append(span)

@@ -7,9 +7,10 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from . import delivery
 from .emit import Emitted, emit
 from .record import HandoffRecord
-from .spans import ChatRoot, HandoffTelemetry
+from .spans import ChatRoot, HandoffTelemetry, end_root_when_gone
 
 
 class Conversation:
@@ -20,7 +21,16 @@ class Conversation:
     root, started lazily so a conversation without handoffs leaves no span.
     """
 
-    __slots__ = ("_root", "conversation_id", "handoffs", "root_parent", "start_ns", "telemetry")
+    __slots__ = (
+        "__weakref__",
+        "_delivered",
+        "_root",
+        "conversation_id",
+        "handoffs",
+        "root_parent",
+        "start_ns",
+        "telemetry",
+    )
 
     def __init__(
         self,
@@ -34,6 +44,7 @@ class Conversation:
         self.root_parent = root_parent  # None: the current context; an empty Context: a new trace
         self.conversation_id = conversation_id
         self.handoffs = 0
+        self._delivered = 0  # handoffs counted when its spans were last sent on their way
         self._root: ChatRoot | None = None
 
     def next_sequence(self) -> int:
@@ -49,6 +60,7 @@ class Conversation:
             self._root = ChatRoot(
                 telemetry.tracer, telemetry.static_attributes, self.start_ns, self.root_parent
             )
+            end_root_when_gone(self, self._root)
         return self._root.context()
 
     def emit(
@@ -58,6 +70,9 @@ class Conversation:
         end_ns = max(end_ns, start_ns)
         fields.setdefault("conversation_id", self.conversation_id)
         record = HandoffRecord(start_ns=start_ns, end_ns=end_ns, parent=self.parent(parent), **fields)
+        root = self._root
+        if root is not None:
+            root.last_ns, root.handoffs = end_ns, self.handoffs
         return emit(self.telemetry, record)
 
     def land(
@@ -82,10 +97,18 @@ class Conversation:
             **fields,
         )
 
+    def run_ended(self) -> None:
+        """A run of the conversation ended (the app may return, or its process end, now): what it
+        left of ours in the batch leaves the process, off the app's thread."""
+        if self.handoffs != self._delivered:
+            self._delivered = self.handoffs
+            delivery.conversation_ended(self.telemetry.tracer)
+
     def end(self, end_ns: int, error: BaseException | None = None) -> None:
-        """The conversation is over: its root, if it has one, ends now."""
+        """The conversation is over: its root, if it has one, ends now, and its spans leave."""
         if self._root is not None:
             self._root.end(self.handoffs, end_ns, error)
+        self.run_ended()
 
 
 class Conversations:

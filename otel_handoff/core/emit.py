@@ -24,6 +24,8 @@ from .record import HandoffRecord, PhaseRecord
 from .spans import HandoffTelemetry, set_error
 
 _PHASES = sc.PHASES
+# time between phases shorter than this in all is not worth an attribute on every handoff
+UNATTRIBUTED_REPORTED_NS = 1_000_000
 # phase -> (its span's name, the duration attribute on that span or None when it is on agent_handoff)
 _CHILDREN = {
     spec.name: (spec.span, None if spec.on_handoff_span else spec.duration_attribute)
@@ -48,6 +50,7 @@ class Emitted(NamedTuple):
     parent: otel_context.Context  # the handoff's own parent: where linked spans go
     recording: bool
     attributes: dict[str, Any]  # the span's (the metrics pick from them)
+    end_ns: int = 0  # the handoff span's end: a later phase that ends past it goes beside it
 
 
 def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
@@ -77,8 +80,13 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
                 set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
-            for phase in record.phases:
+            phases = record.phases
+            for phase in phases:
                 _child(tracer, phase, inside, end_ns)
+            if phases:
+                unattributed = _unattributed_ns(phases, record.start_ns, end_ns)
+                if unattributed >= UNATTRIBUTED_REPORTED_NS:
+                    span.set_attribute(sc.UNATTRIBUTED_DURATION, unattributed / 1e9)
     finally:
         span.end(end_time=end_ns)
     metrics = telemetry.metrics
@@ -86,13 +94,18 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
         metrics.record_handoff(attributes[sc.DURATION], attributes, inside)
         if phase_seconds:
             metrics.record_phases(phase_seconds.items(), attributes, inside)
-    return Emitted(span.get_span_context(), inside, parent, recording, attributes)
+    return Emitted(span.get_span_context(), inside, parent, recording, attributes, end_ns)
 
 
 def emit_late_phase(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord) -> None:
-    """A phase that ended after its handoff's span (e.g. a long ``on_enter``): child and metric."""
+    """A phase that ended after its handoff's span was made (e.g. a long ``on_enter``): a child
+    when it ended within the span, else beside it and linked to it (``first_speech``'s way), so
+    no phase outlives its handoff; and its metric."""
     if emitted.recording:
-        _child(telemetry.tracer, phase, emitted.context, phase.end_ns)
+        if phase.end_ns <= emitted.end_ns:
+            _child(telemetry.tracer, phase, emitted.context, phase.end_ns)
+        else:
+            _child(telemetry.tracer, phase, emitted.parent, phase.end_ns, [Link(emitted.span_context)])
     if telemetry.metrics.enabled and not isinstance(phase.error, asyncio.CancelledError):
         seconds = max(0, phase.end_ns - phase.start_ns) / 1e9
         telemetry.metrics.record_phases(((phase.name, seconds),), emitted.attributes, emitted.context)
@@ -182,13 +195,36 @@ def _never_records(tracer: trace.Tracer) -> bool:
     return type(tracer) is trace.NoOpTracer
 
 
-def _child(tracer: trace.Tracer, phase: PhaseRecord, parent: otel_context.Context, end_ns: int) -> None:
+def _unattributed_ns(phases: list[PhaseRecord], start_ns: int, end_ns: int) -> int:
+    """The time of the handoff that no phase covers (the event loop running other work)."""
+    gaps = 0
+    reach = start_ns
+    for start, end in sorted([(phase.start_ns, phase.end_ns or end_ns) for phase in phases]):
+        if start > reach:
+            gaps += min(start, end_ns) - reach
+        if end > reach:
+            reach = end
+    return gaps + end_ns - reach if end_ns > reach else gaps
+
+
+def _child(
+    tracer: trace.Tracer,
+    phase: PhaseRecord,
+    parent: otel_context.Context,
+    end_ns: int,
+    links: list[Link] | None = None,
+) -> None:
     name, duration_attribute = _CHILDREN[phase.name]
     attributes = phase.attributes
     if duration_attribute is not None and phase.end_ns:
         attributes = {**(attributes or {}), duration_attribute: _own_ns(phase) / 1e9}
     span = tracer.start_span(
-        name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=phase.start_ns
+        name,
+        context=parent,
+        kind=SpanKind.INTERNAL,
+        attributes=attributes,
+        links=links,
+        start_time=phase.start_ns,
     )
     error = phase.error
     if error is not None and not isinstance(error, asyncio.CancelledError):

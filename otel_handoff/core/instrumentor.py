@@ -14,9 +14,11 @@ from packaging.version import Version
 from wrapt import register_post_import_hook, wrap_function_wrapper
 
 from ..version import __version__
+from . import delivery
 from . import schema as sc
 from .faults import report
 from .metrics import HandoffMetrics
+from .spans import end_open_roots
 
 # (module, "Class.method" or "function", wrapper)
 WrapPoint = tuple[str, str, Any]
@@ -36,12 +38,18 @@ NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT = (
 )
 
 
-def _framework_modules(cls: type) -> tuple[str, ...]:
-    """The modules whose import means the app uses ``cls``'s framework (the framework registry)."""
+def _framework_of(cls: type) -> Any:
+    """``cls``'s entry of the framework registry, or None."""
     from .frameworks import FRAMEWORKS
 
     path = f"{cls.__module__}:{cls.__qualname__}"
-    return next((framework.modules for framework in FRAMEWORKS if framework.instrumentor == path), ())
+    return next((framework for framework in FRAMEWORKS if framework.instrumentor == path), None)
+
+
+def _framework_modules(cls: type) -> tuple[str, ...]:
+    """The modules whose import means the app uses ``cls``'s framework (the framework registry)."""
+    framework = _framework_of(cls)
+    return framework.modules if framework is not None else ()
 
 
 def _warn_if_nothing_exports() -> None:
@@ -113,7 +121,11 @@ class HandoffInstrumentor(BaseInstrumentor):
         if type(self)._pending is not None:  # never instrumented: only stop waiting
             type(self)._pending = None
             return None
-        return super().uninstrument(**kwargs)
+        result = super().uninstrument(**kwargs)
+        framework = _framework_of(type(self))
+        if framework is not None:
+            end_open_roots(framework.span_framework)  # nothing of ours stays open
+        return result
 
     def wrap_all(
         self,
@@ -200,9 +212,9 @@ class HandoffInstrumentor(BaseInstrumentor):
         the labels, opentelemetry-exporter-prometheus 0.66b2). ``agent_handoff.framework`` says
         which framework a point is from.
         """
-        tracer = trace.get_tracer(
-            scope, __version__, tracer_provider=kwargs.get("tracer_provider"), schema_url=SCHEMA_URL
-        )
+        provider = kwargs.get("tracer_provider")
+        tracer = trace.get_tracer(scope, __version__, tracer_provider=provider, schema_url=SCHEMA_URL)
+        delivery.remember(tracer, provider)  # flushed when a conversation ends, and at the process's end
         phases = kwargs.get("phase_metrics")
         if phases is None:
             from ..export.settings import phase_metrics

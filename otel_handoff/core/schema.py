@@ -53,6 +53,8 @@ START_DURATION = "agent_handoff.start.duration"
 RESUME_DURATION = "agent_handoff.resume.duration"
 ON_ENTER_DURATION = "agent_handoff.on_enter.duration"
 DURATION = "agent_handoff.duration"
+# the handoff's time no phase covers (1 ms or more in all): phases and it account for the span
+UNATTRIBUTED_DURATION = "agent_handoff.unattributed.duration"
 OUTCOME = "agent_handoff.outcome"
 SEQUENCE = "agent_handoff.sequence"
 KIND = "agent_handoff.kind"  # AG2: which mechanism decided the handoff

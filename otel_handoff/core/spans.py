@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +36,22 @@ class ChatRoot:
     """The ``agent_handoff.chat`` root of one chat, channel or conversation nobody else traces.
 
     Started lazily, with the chat's own start time, when its first span needs a parent; so a
-    chat without handoffs leaves no span. Once ended, a later span starts a new one.
+    chat without handoffs leaves no span. Once ended, a later span starts a new one. A root whose
+    conversation is gone without an end the framework reports (a test double of a worker, an app
+    that drops its flow) ends then, at its last handoff; ``uninstrument()`` ends what is left.
     """
 
-    __slots__ = ("_context", "_parent", "_span", "_start_ns", "_static", "_tracer")
+    __slots__ = (
+        "__weakref__",
+        "_context",
+        "_parent",
+        "_span",
+        "_start_ns",
+        "_static",
+        "_tracer",
+        "handoffs",
+        "last_ns",
+    )
 
     def __init__(
         self,
@@ -52,9 +66,12 @@ class ChatRoot:
         self._parent = parent  # None: the current context; an empty Context: a new trace
         self._span: trace.Span | None = None
         self._context: otel_context.Context | None = None
+        self.last_ns = start_ns  # the end of its last handoff: when it ends if nobody says
+        self.handoffs = 0  # its conversation's count then
 
     def context(self) -> otel_context.Context:
         if self._context is None:
+            _OPEN_ROOTS.add(self)
             self._span = self._tracer.start_span(
                 sc.SPAN_CHAT,
                 context=self._parent,
@@ -72,7 +89,33 @@ class ChatRoot:
         span, self._span, self._context = self._span, None, None
         if span is None:
             return
+        _OPEN_ROOTS.discard(self)
         span.set_attribute(sc.CHAT_HANDOFFS, handoffs)
         if error is not None:
             set_error(span, error)
         span.end(end_time=end_ns)
+
+
+_OPEN_ROOTS: weakref.WeakSet[ChatRoot] = weakref.WeakSet()
+
+
+def end_root_when_gone(conversation: Any, root: ChatRoot) -> None:
+    """End ``root`` at its last handoff when ``conversation`` is collected without an end."""
+    weakref.finalize(conversation, _end_gone, root)
+
+
+def _end_gone(root: ChatRoot) -> None:
+    try:
+        root.end(root.handoffs, root.last_ns)
+    except Exception as exc:  # at collection: nobody to raise to
+        from .faults import report
+
+        report("ending a conversation's root", exc)
+
+
+def end_open_roots(framework: str) -> None:
+    """``uninstrument()``: every root of ``framework`` still open ends now; none stays open."""
+    now = time.time_ns()
+    for root in list(_OPEN_ROOTS):
+        if root._static.get(sc.FRAMEWORK) == framework:
+            root.end(root.handoffs, max(now, root.last_ns))

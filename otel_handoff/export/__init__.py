@@ -21,7 +21,7 @@ the exit; this module makes the providers.
 
 from __future__ import annotations
 
-import atexit
+import functools
 import logging
 import sys
 import threading
@@ -34,6 +34,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
+from ..core import delivery as _delivery
 from ..core import faults as _faults
 from . import exporters as _exporters
 from .exit import EXIT_TIMEOUT_SECONDS, CountingSpanProcessor, ExitReport, shutdown_at_exit, shutdown_within
@@ -129,7 +130,8 @@ def _configure(service_name: str | None) -> Configuration:
         return Configuration(current, metrics.get_meter_provider(), created=False)
 
     resource_ = resource(service_name)
-    # flushed at exit by _shutdown_at_exit, within EXIT_TIMEOUT_SECONDS, not the SDK's unbounded way
+    # flushed when a conversation ends and at the process's end, however it ends (core.delivery),
+    # within EXIT_TIMEOUT_SECONDS, not the SDK's unbounded way
     tracer_provider = TracerProvider(resource=resource_, shutdown_on_exit=False)
     span_names: list[str] = []
     span_exporters_built = _exporters.build_exporters("traces")
@@ -145,7 +147,11 @@ def _configure(service_name: str | None) -> Configuration:
     meter_provider, metric_names, metric_exporters_built = _meter_provider(resource_)
     _share_with_livekit(tracer_provider)
     exits = [e for _, e in (*span_exporters_built, *metric_exporters_built)]
-    atexit.register(shutdown_at_exit, tracer_provider, meter_provider, exits)
+    # at interpreter exit, and where a job process ends without it (multiprocessing's finalizers)
+    _delivery.at_process_end(
+        functools.partial(shutdown_at_exit, tracer_provider, meter_provider, exits),
+        shuts_down=tracer_provider,
+    )
     return Configuration(
         tracer_provider,
         meter_provider,
@@ -166,7 +172,7 @@ def _meter_provider(resource: Resource) -> tuple[metrics.MeterProvider, list[str
     provider = MeterProvider(
         resource=resource,
         metric_readers=[PeriodicExportingMetricReader(e) for _, e in built],
-        shutdown_on_exit=False,  # _shutdown_at_exit
+        shutdown_on_exit=False,  # shut down with the tracer provider, at the process's end
     )
     metrics.set_meter_provider(provider)
     if metrics.get_meter_provider() is not provider:

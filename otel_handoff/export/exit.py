@@ -19,12 +19,12 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ..core.delivery import EXIT_TIMEOUT_SECONDS
 from .quiet import QuietSpanExporter
 from .settings import what_to_check
 
 _LOG = logging.getLogger("otel_handoff")
 
-EXIT_TIMEOUT_SECONDS = 1.0  # what a receiver that does not answer may add to a process's exit
 _AFTER_SHUTDOWN_SECONDS = 0.5  # then, for the exporters' own shutdown
 
 

@@ -226,6 +226,7 @@ class Run:
                 known = getattr(self.root_agent, "find_agent", lambda _name: None)(transfer.to_agent)
                 reason = sc.REJECTED_NOT_ALLOWED if known is not None else sc.REJECTED_UNKNOWN_AGENT
             transfer.emit(now, error=error, rejected=reason)
+        self.conversation.run_ended()
 
 
 def _speaks(event: Any) -> bool:

@@ -201,6 +201,7 @@ class Invocation:
         for handoff in list(self.handoffs):
             if self._settle(handoff):
                 handoff.emit(now, spoke=False, error=error)
+        self.conversation.run_ended()
 
     def _settle(self, handoff: Handoff) -> bool:
         """Take a handoff out of flight, once."""

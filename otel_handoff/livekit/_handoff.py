@@ -6,8 +6,8 @@ without instrumentation. The handoff travels in a ``ContextVar`` instead. While 
 wrappers only take timestamps into a :class:`HandoffRecord`; when it ends, the core emitter
 makes its span and every child back to back with their real start and end times (a span made
 in the middle of the framework's work costs about 1.6 times as much), so a cancelled or failed
-phase never leaves one open. The new agent's ``on_enter`` span follows when on_enter ends, if
-that is later.
+phase never leaves one open. The new agent's ``on_enter``, scheduled by its start, is the last
+phase: a handoff whose start scheduled it is emitted when on_enter ends, so no phase outlives it.
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class LiveKitHandoff:
     __slots__ = (
         "_emitted",
         "_error",
+        "_linked",
         "_old_activity",
         "_session",
         "_to_agent",
@@ -105,6 +106,7 @@ class LiveKitHandoff:
         "from_agent",
         "lock_wait_ns",
         "new_activity",
+        "on_enter_pending",
         "previous_activity",
         "queued",
         "realtime_blocked",
@@ -149,6 +151,8 @@ class LiveKitHandoff:
         self.realtime_session: weakref.ref[Any] | None = None  # reused: its updates are timed
         self._error: BaseException | str | None = None
         self._emitted: Emitted | None = None  # once the span is made
+        self._linked: list[PhaseRecord] = []  # linked spans that came before it was made
+        self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -252,19 +256,27 @@ class LiveKitHandoff:
 
     def record_reconnect(self, resource: str, acquire_seconds: float, end_ns: int) -> None:
         """A replacement connection the handoff caused, timed by the framework's acquire_time."""
-        if self._emitted is not None:
-            start_ns = end_ns - int(acquire_seconds * 1e9)
-            phase = PhaseRecord(sc.PHASE_RECONNECT, start_ns, end_ns, {sc.RECONNECT_RESOURCE: resource})
-            emit_linked(self.telemetry, self._emitted, phase)
+        start_ns = end_ns - int(acquire_seconds * 1e9)
+        self._link(PhaseRecord(sc.PHASE_RECONNECT, start_ns, end_ns, {sc.RECONNECT_RESOURCE: resource}))
 
     def record_first_speech(self, end_ns: int) -> None:
         """The new agent started speaking: the silence the caller heard ends here."""
+        start_ns = self.record.start_ns
+        self._link(PhaseRecord(sc.PHASE_FIRST_SPEECH, start_ns, max(end_ns, start_ns)))
+
+    def _link(self, phase: PhaseRecord) -> None:
+        """A linked span of this handoff: now, or (during its on_enter) once its span is made."""
         if self._emitted is not None:
-            start_ns = self.record.start_ns
-            phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, start_ns, max(end_ns, start_ns))
             emit_linked(self.telemetry, self._emitted, phase)
+        elif self.ended:
+            self._linked.append(phase)
 
     # --- on_enter --------------------------------------------------------------------
+    def watch_on_enter(self, coro: Any) -> Any:
+        """The new agent's start scheduled its on_enter: the handoff ends when on_enter does."""
+        self.on_enter_pending = True
+        return self.run_on_enter(coro)
+
     async def run_on_enter(self, coro: Any) -> Any:
         """Await the new agent's on_enter coroutine inside its own task, timing it."""
         start_ns = time.time_ns()
@@ -280,12 +292,22 @@ class LiveKitHandoff:
             except Exception as fault:
                 report("on_enter", fault)
 
+    def on_enter_task_done(self, task: Any) -> None:
+        """An on_enter task cancelled before its first step never ran our timing: end it here."""
+        if self.on_enter_pending and self._emitted is None:
+            self._record_on_enter(time.time_ns(), asyncio.CancelledError())
+
     def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
-        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, time.time_ns(), None, error)
-        if self._emitted is None:  # the handoff is still running: made with its span
-            self.record.phases.append(phase)
-        else:
+        end_ns = time.time_ns()
+        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, end_ns, None, error)
+        if self._emitted is not None:  # an on_enter the handoff did not wait for
             emit_late_phase(self.telemetry, self._emitted, phase)
+            return
+        self.record.phases.append(phase)
+        if self.on_enter_pending and self.ended:  # the last phase: the handoff is over
+            self.on_enter_pending = False
+            self.record.end_ns = end_ns
+            self._emit()
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -331,10 +353,17 @@ class LiveKitHandoff:
             self._summarize()
         except Exception as exc:  # the span is still made, with what is known
             report("handoff summary", exc)
-        self._emitted = emit(self.telemetry, record)
         session = self._session()
         if outcome == sc.OUTCOME_COMPLETED and session is not None:
             self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
+        if not self.on_enter_pending:  # else made when on_enter ends
+            self._emit()
+
+    def _emit(self) -> None:
+        self._emitted = emitted = emit(self.telemetry, self.record)
+        linked, self._linked = self._linked, []
+        for phase in linked:
+            emit_linked(self.telemetry, emitted, phase)
 
     def _summarize(self) -> None:
         """LiveKit's own attributes; every duration the span model promises, 0 when it did not run."""

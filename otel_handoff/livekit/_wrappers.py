@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ..core import delivery
 from ..core import schema as sc
 from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
@@ -113,6 +114,19 @@ class TimedLock(asyncio.Lock):
 def wrap_session_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     wrapped(*args, **kwargs)
     guard("AgentSession.__init__", _swap_lock, instance, "_activity_lock", sc.LOCK_SESSION)
+
+
+async def wrap_session_close(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    """The session closed, LiveKit's ``agent_session`` span with it: a session that had a handoff
+    sends what is left of ours (and LiveKit's spans beside it) on its way now. A job process ends
+    with ``os._exit``, before a batch processor's next tick (``core.delivery``)."""
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        if instance in telemetry.sequences:
+            guard("AgentSession close", delivery.conversation_ended, telemetry.tracer)
 
 
 def wrap_activity_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
@@ -338,7 +352,8 @@ async def run_phase(
 
 
 def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """Time the new agent's on_enter from its task's first step, inside that task."""
+    """Time the new agent's on_enter from its task's first step, inside that task; the handoff
+    whose start scheduled it ends with it."""
     if kwargs.get("name") != ON_ENTER_TASK_NAME:  # most speech tasks: nothing to look up
         return wrapped(*args, **kwargs)
     handoff = CURRENT_HANDOFF.get()
@@ -350,10 +365,14 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
     ):
         return wrapped(*args, **kwargs)
     if args:
-        args = (handoff.run_on_enter(args[0]), *args[1:])
+        args = (handoff.watch_on_enter(args[0]), *args[1:])
     else:
-        kwargs = {**kwargs, "coro": handoff.run_on_enter(kwargs["coro"])}
-    return wrapped(*args, **kwargs)
+        kwargs = {**kwargs, "coro": handoff.watch_on_enter(kwargs["coro"])}
+    task = wrapped(*args, **kwargs)
+    add_done_callback = getattr(task, "add_done_callback", None)
+    if add_done_callback is not None:
+        add_done_callback(handoff.on_enter_task_done)
+    return task
 
 
 # --- why reuse did not happen ------------------------------------------------------------------

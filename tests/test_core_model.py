@@ -1,0 +1,137 @@
+"""The core model on its own: what every framework's handoffs get from the one emitter and conversation.
+
+The frameworks' tests check the same on real runs (``support.ConventionScan`` checks every handoff
+of the suite: no phase outlives its span, phases and the unattributed time cover it); here each
+rule gets the input that makes it matter, which a real run gives only by chance.
+"""
+
+from __future__ import annotations
+
+import gc
+from typing import Any
+
+import pytest
+from opentelemetry import context as otel_context
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import set_span_in_context
+from support import OpenSpans, Spans
+
+from otel_handoff.core import schema as sc
+from otel_handoff.core.conversation import Conversation
+from otel_handoff.core.emit import emit, emit_late_phase
+from otel_handoff.core.metrics import HandoffMetrics
+from otel_handoff.core.record import HandoffRecord, PhaseRecord
+from otel_handoff.core.spans import HandoffTelemetry
+from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+
+MS = 1_000_000
+T0 = 1_700_000_000_000_000_000
+
+
+@pytest.fixture
+def telemetry(provider: TracerProvider) -> HandoffTelemetry:
+    return HandoffTelemetry(
+        tracer=provider.get_tracer("otel_handoff.test"),
+        metrics=HandoffMetrics(None, "otel_handoff.test"),
+        static_attributes={sc.FRAMEWORK: sc.FRAMEWORK_PIPECAT, sc.FRAMEWORK_VERSION: "0"},
+    )
+
+
+def _record(end_ns: int, *phases: tuple[str, int, int], parent: Any = None) -> HandoffRecord:
+    return HandoffRecord(
+        start_ns=T0,
+        end_ns=end_ns,
+        sequence=1,
+        outcome=sc.OUTCOME_COMPLETED,
+        parent=parent or otel_context.Context(),
+        phases=[PhaseRecord(name, T0 + start, T0 + end) for name, start, end in phases],
+    )
+
+
+@pytest.mark.parametrize(
+    ("phases", "end", "unattributed"),
+    [
+        # the loop ran other work for 7 ms between close and start (seen in a real LiveKit call)
+        (((sc.DRAIN, 0, 2 * MS), (sc.CLOSE, 2 * MS, 3 * MS), (sc.START, 10 * MS, 12 * MS)), 12 * MS, 7 * MS),
+        # sub-millisecond steps between phases, in all under 1 ms: nothing to say
+        (
+            ((sc.DRAIN, 0, 2 * MS), (sc.CLOSE, 2 * MS + 300_000, 3 * MS), (sc.START, 3 * MS, 4 * MS)),
+            4 * MS,
+            0,
+        ),
+        # several short gaps that add up to more than 1 ms are said, all of them
+        (
+            ((sc.DRAIN, 0, MS), (sc.CLOSE, MS + 600_000, 2 * MS), (sc.START, 2 * MS + 600_000, 3 * MS)),
+            3 * MS,
+            1_200_000,
+        ),
+        # a nested phase inside another covers nothing more; the tail after the last phase counts
+        (((sc.START, 0, 5 * MS), (sc.PHASE_REALTIME_UPDATE, MS, 2 * MS)), 8 * MS, 3 * MS),
+    ],
+)
+def test_time_in_no_phase_is_said_from_one_millisecond(
+    telemetry: HandoffTelemetry, spans: Spans, phases: Any, end: int, unattributed: int
+) -> None:
+    emit(telemetry, _record(T0 + end, *phases))
+    [handoff] = spans.handoffs()
+    found = handoff.attributes.get(sc.UNATTRIBUTED_DURATION)
+    assert found == (pytest.approx(unattributed / 1e9) if unattributed else None)
+
+
+def test_a_phase_that_ends_after_its_handoff_goes_beside_it(
+    telemetry: HandoffTelemetry, spans: Spans
+) -> None:
+    app = telemetry.tracer.start_span("app")
+    emitted = emit(telemetry, _record(T0 + 2 * MS, (sc.START, 0, 2 * MS), parent=set_span_in_context(app)))
+    app.end()
+    emit_late_phase(telemetry, emitted, PhaseRecord(sc.PHASE_ON_ENTER, T0 + MS, T0 + 5 * MS))
+    emit_late_phase(telemetry, emitted, PhaseRecord(sc.PHASE_ON_ENTER, T0 + MS, T0 + 2 * MS))
+    [handoff] = spans.handoffs()
+    inside, beside = sorted(spans.named(sc.SPAN_ON_ENTER), key=lambda s: s.end_time)
+    assert inside.parent.span_id == handoff.context.span_id
+    assert beside.parent.span_id == handoff.parent.span_id == app.get_span_context().span_id
+    assert [link.context.span_id for link in beside.links] == [handoff.context.span_id]
+
+
+def test_a_root_ends_when_its_conversation_is_gone(
+    telemetry: HandoffTelemetry, spans: Spans, open_spans: OpenSpans
+) -> None:
+    """A worker that never reports an end (Pipecat's own Flows tests pass a test double): the
+    conversation's root ends when the conversation is collected, at its last handoff."""
+    conversation = Conversation(telemetry, T0, otel_context.Context())
+    conversation.emit(
+        start_ns=T0 + MS,
+        end_ns=T0 + 3 * MS,
+        parent=None,
+        sequence=conversation.next_sequence(),
+        outcome=sc.OUTCOME_COMPLETED,
+    )
+    assert [s.name for s in open_spans.ours()] == [sc.SPAN_CHAT]
+    del conversation
+    gc.collect()
+    assert open_spans.ours() == []
+    [root] = spans.named(sc.SPAN_CHAT)
+    assert root.end_time == T0 + 3 * MS and root.attributes[sc.CHAT_HANDOFFS] == 1
+
+
+def test_uninstrument_ends_every_open_root(
+    provider: TracerProvider, telemetry: HandoffTelemetry, spans: Spans, open_spans: OpenSpans
+) -> None:
+    pytest.importorskip("pipecat.flows")  # instrumented now, not when the app imports it
+    instrumentor = PipecatFlowsHandoffInstrumentor()
+    instrumentor.instrument(tracer_provider=provider)
+    conversation = Conversation(telemetry, T0, otel_context.Context())
+    conversation.emit(
+        start_ns=T0,
+        end_ns=T0 + MS,
+        parent=None,
+        sequence=conversation.next_sequence(),
+        outcome=sc.OUTCOME_COMPLETED,
+    )
+    assert open_spans.ours()
+    instrumentor.uninstrument()
+    assert open_spans.ours() == []
+    assert len(spans.named(sc.SPAN_CHAT)) == 1
+    del conversation  # its end came already: nothing more
+    gc.collect()
+    assert len(spans.named(sc.SPAN_CHAT)) == 1

@@ -1,0 +1,195 @@
+"""What is ours leaves the process when a conversation ends, and when the process ends however it ends.
+
+A deployed agent's job process ends with ``os._exit`` after multiprocessing's finalizers (LiveKit's
+forkserver children, any multiprocessing child): no ``atexit``. Here a real LiveKit session runs in
+such a child, exporting to a real collector (rotel) with a 60 s batch delay, so that only a flush
+can deliver: its handoffs and LiveKit's ``agent_session`` must arrive while the process still lives
+(the session closed), and what ended after that must arrive when the process ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from receivers import Rotel, wait_until
+
+from otel_handoff.core import delivery
+from otel_handoff.core import schema as sc
+
+TESTS = Path(__file__).resolve().parent
+
+JOB_APP = """
+import asyncio, multiprocessing, sys
+sys.path.insert(0, {tests!r})
+
+
+def job(handoffs, release, crash):
+    # a job as a worker runs it: export set up in the job, a session, its end; then os._exit
+    import otel_handoff
+    otel_handoff.configure(service_name="job-" + multiprocessing.get_start_method())
+    from livekit.agents import AgentSession
+    from lk_agents import Billing, Support
+    from opentelemetry import trace
+    from otel_handoff.cli.offline.livekit import ScriptedLLM
+
+    async def call():
+        session = AgentSession(llm=ScriptedLLM())
+        await session.start(agent=Billing())
+        for n in range(handoffs):
+            agent = Support() if n % 2 == 0 else Billing()
+            session.update_agent(agent)
+            await asyncio.wait_for(agent.entered.wait(), 10)
+        if crash:
+            raise RuntimeError("the job crashed mid-call")
+        await session.aclose()
+        print("closed", flush=True)
+        await asyncio.to_thread(release.wait)
+        trace.get_tracer("job-app").start_span("after-the-call").end()  # only the exit can send it
+
+    asyncio.run(call())
+
+
+if __name__ == "__main__":
+    method, handoffs, crash = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "crash"
+    context = multiprocessing.get_context(method)
+    release = context.Event()
+    process = context.Process(target=job, args=(handoffs, release, crash), name="job_proc")
+    process.start()
+    sys.stdin.readline()
+    release.set()
+    process.join()
+    print("exitcode", process.exitcode, flush=True)
+"""
+
+
+def _job(
+    tmp_path: Path, endpoint: str, method: str, handoffs: int, crash: bool = False, **settings: str
+) -> Any:
+    app = tmp_path / "job_app.py"
+    app.write_text(textwrap.dedent(JOB_APP.format(tests=str(TESTS))), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    env |= {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",  # no timer delivers within the test: only a flush
+        **settings,
+    }
+    return subprocess.Popen(
+        [sys.executable, str(app), method, str(handoffs), "crash" if crash else "call"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _named(rotel: Rotel, name: str) -> list[dict[str, Any]]:
+    return [s for s in rotel.spans() if s["name"] == name]
+
+
+@pytest.mark.parametrize("method", ["forkserver", "spawn", "fork"])
+def test_a_job_process_delivers_at_the_call_end_and_at_its_os_exit(
+    rotel: Rotel, tmp_path: Path, method: str
+) -> None:
+    job = _job(tmp_path, rotel.grpc_endpoint, method, handoffs=3)
+    try:
+        assert job.stdout.readline().strip() == "closed", job.stderr.read()[-3000:]
+        # the session closed, the process lives on: its handoffs and LiveKit's session span are there
+        handoffs = wait_until(
+            lambda: (found := _named(rotel, sc.SPAN_HANDOFF)) and len(found) == 3 and found,
+            "the call's handoffs, at the call's end",
+        )
+        wait_until(lambda: _named(rotel, "agent_session"), "LiveKit's agent_session, at the call's end")
+        assert _named(rotel, "after-the-call") == []
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert job.stdout.readline().split() == ["exitcode", "0"], job.stderr.read()[-3000:]
+    finally:
+        job.kill()
+        job.wait()
+    # ended after the call, sent by the process's end (multiprocessing's finalizers; no atexit ran)
+    wait_until(lambda: _named(rotel, "after-the-call"), "the span that ended after the call, at os._exit")
+    trace_ids = {s["trace_id"] for s in _named(rotel, "agent_session")}
+    assert {h["trace_id"] for h in handoffs} <= trace_ids  # in LiveKit's own trace
+    phases = {s["name"] for s in rotel.spans() if s["parent_id"] in {h["span_id"] for h in handoffs}}
+    assert {sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_START, sc.SPAN_ON_ENTER} <= phases
+
+
+def test_a_crashed_job_delivers_its_handoffs_at_its_end(rotel: Rotel, tmp_path: Path) -> None:
+    job = _job(tmp_path, rotel.grpc_endpoint, "forkserver", handoffs=2, crash=True)
+    try:
+        job.stdin.write("\n")
+        job.stdin.flush()
+        assert job.stdout.readline().split() == ["exitcode", "1"], job.stderr.read()[-3000:]
+    finally:
+        job.kill()
+        job.wait()
+    wait_until(
+        lambda: len(_named(rotel, sc.SPAN_HANDOFF)) == 2 or None, "a crashed job's handoffs, at its end"
+    )
+
+
+def test_a_job_exit_with_a_dead_collector_is_bounded(tmp_path: Path) -> None:
+    """A collector that accepts and never answers costs the job's exit about a second, not the
+    exporter's 10 s timeout and retries: measured against the same job exporting nothing."""
+
+    def run(endpoint: str, **settings: str) -> float:
+        started = time.monotonic()
+        job = _job(tmp_path, endpoint, "forkserver", handoffs=1, **settings)
+        try:
+            out, err = job.communicate("\n", timeout=120)
+        finally:
+            job.kill()
+        assert "exitcode 0" in out, err[-3000:]
+        return time.monotonic() - started
+
+    with socket.socket() as listener:  # bound and listening, never accepting: nobody answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        dead = run(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    plain = run("http://127.0.0.1:9", OTEL_TRACES_EXPORTER="none")
+    # the flush at the call's end waits on a thread of its own; the exit adds about 1.5 s at most
+    assert dead - plain < delivery.EXIT_TIMEOUT_SECONDS + 6, (dead, plain)
+
+
+# --- the flush never runs on the caller's thread --------------------------------------------------
+class _BlockingProvider:
+    """A provider whose flush blocks until released: what a collector that never answers does."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.flushes = 0
+        self.threads: list[str] = []
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.threads.append(threading.current_thread().name)
+        self.release.wait()
+        self.flushes += 1
+        return True
+
+
+async def test_a_conversation_end_never_blocks_the_event_loop() -> None:
+    from opentelemetry import trace
+
+    provider = _BlockingProvider()
+    tracer = trace.NoOpTracer()
+    delivery.remember(tracer, provider)
+    delivery.conversation_ended(tracer)  # returns at once though the flush blocks
+    delivery.conversation_ended(tracer)  # taken by the running flush's next round, no second thread
+    await asyncio.sleep(0)  # the loop runs on
+    assert not delivery.flush_pending(0)
+    provider.release.set()
+    assert delivery.flush_pending(10)
+    assert provider.threads and set(provider.threads) == {"otel-handoff-flush"}
+    assert provider.flushes in (1, 2)
