@@ -135,3 +135,39 @@ def test_uninstrument_ends_every_open_root(
     del conversation  # its end came already: nothing more
     gc.collect()
     assert len(spans.named(sc.SPAN_CHAT)) == 1
+
+
+# --- what the caller hears ---------------------------------------------------------------------------
+def test_heard_delay_of_a_slower_link_is_what_the_documented_model_gives() -> None:
+    """100 ms round trip, 20 ms jitter, Opus at 20 ms a packet: one packet gathered (20), one way
+    (50), the caller's buffer of two packets (40) and four times the jitter (80)."""
+    from otel_handoff.core.heard import Downlink, attributes, heard_delay
+
+    slow = Downlink(
+        0.100, 0.020, 3, Downlink.packet_seconds("audio/opus", "minptime=10;useinbandfec=1"), "audio/opus"
+    )
+    assert heard_delay(slow) == pytest.approx(0.190)
+    assert attributes(slow)[sc.FIRST_SPEECH_HEARD_DELAY] == pytest.approx(0.190)
+    assert attributes(slow)[sc.DOWNLINK_PACKETS_LOST] == 3
+    # a link that says 40 ms a packet in its SDP; no receiver report yet: no estimate, no made-up value
+    assert Downlink.packet_seconds("audio/opus", "minptime=10;ptime=40") == 0.040
+    early = Downlink(None, None, None, 0.020, "audio/opus")
+    assert heard_delay(early) is None and sc.FIRST_SPEECH_HEARD_DELAY not in attributes(early)
+
+
+def test_livekit_statistics_become_a_downlink() -> None:
+    pytest.importorskip("livekit.rtc")
+    from livekit.rtc._proto import stats_pb2
+
+    from otel_handoff.livekit._downlink import downlink
+
+    report = stats_pb2.RtcStats()
+    report.remote_inbound_rtp.remote_inbound.round_trip_time = 0.1
+    report.remote_inbound_rtp.received.jitter = 0.02
+    report.remote_inbound_rtp.received.packets_lost = 2
+    codec = stats_pb2.RtcStats()
+    codec.codec.codec.mime_type = "audio/opus"
+    codec.codec.codec.sdp_fmtp_line = "minptime=10;useinbandfec=1"
+    link = downlink([codec, report])
+    assert (link.round_trip_time, link.jitter, link.packets_lost) == (0.1, 0.02, 2)
+    assert (link.codec, link.packet_duration) == ("audio/opus", 0.020)

@@ -66,6 +66,13 @@ REALTIME_UPDATE_DURATION = "agent_handoff.realtime_update.duration"
 RECONNECT_RESOURCE = "agent_handoff.reconnect.resource"
 RECONNECT_DURATION = "agent_handoff.reconnect.duration"
 FIRST_SPEECH_DELAY = "agent_handoff.first_speech.delay"
+# first speech, as the caller hears it: estimated from the agent's WebRTC statistics (core/heard.py)
+FIRST_SPEECH_HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+DOWNLINK_ROUND_TRIP_TIME = "agent_handoff.downlink.round_trip_time"
+DOWNLINK_JITTER = "agent_handoff.downlink.jitter"
+DOWNLINK_PACKETS_LOST = "agent_handoff.downlink.packets_lost"
+DOWNLINK_PACKET_DURATION = "agent_handoff.downlink.packet_duration"
+DOWNLINK_CODEC = "agent_handoff.downlink.codec"
 REJECTION_REASON = "agent_handoff.rejection_reason"
 
 # --- metrics -------------------------------------------------------------------------

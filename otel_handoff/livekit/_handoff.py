@@ -26,7 +26,9 @@ from opentelemetry.trace import Link, SpanContext
 from ..core import schema as sc
 from ..core.emit import Emitted, emit, emit_late_phase, emit_linked
 from ..core.faults import report
+from ..core.heard import attributes as downlink_attributes
 from ..core.record import HandoffRecord, PhaseRecord
+from ._downlink import read_downlink
 
 # the handoff whose `_update_activity` runs in this task
 CURRENT_HANDOFF: ContextVar[LiveKitHandoff | None] = ContextVar("otel_handoff_livekit_current", default=None)
@@ -96,6 +98,7 @@ class LiveKitHandoff:
     """State of one handoff, from its request to the new activity's start or resume."""
 
     __slots__ = (
+        "_downlink_task",
         "_emitted",
         "_error",
         "_linked",
@@ -152,6 +155,7 @@ class LiveKitHandoff:
         self._error: BaseException | str | None = None
         self._emitted: Emitted | None = None  # once the span is made
         self._linked: list[PhaseRecord] = []  # linked spans that came before it was made
+        self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
         self.record = HandoffRecord(
             start_ns=start_ns,
@@ -259,10 +263,28 @@ class LiveKitHandoff:
         start_ns = end_ns - int(acquire_seconds * 1e9)
         self._link(PhaseRecord(sc.PHASE_RECONNECT, start_ns, end_ns, {sc.RECONNECT_RESOURCE: resource}))
 
-    def record_first_speech(self, end_ns: int) -> None:
-        """The new agent started speaking: the silence the caller heard ends here."""
+    def record_first_speech(self, end_ns: int, track: Any = None) -> None:
+        """The new agent started speaking: the silence the caller heard ends here. With the
+        room's published ``track``, its WebRTC statistics say what the caller hears of it."""
         start_ns = self.record.start_ns
-        self._link(PhaseRecord(sc.PHASE_FIRST_SPEECH, start_ns, max(end_ns, start_ns)))
+        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, start_ns, max(end_ns, start_ns))
+        if track is None:
+            self._link(phase)
+            return
+        self._downlink_task = asyncio.get_running_loop().create_task(
+            self._link_with_downlink(phase, track), name="otel_handoff_first_speech"
+        )
+
+    async def _link_with_downlink(self, phase: PhaseRecord, track: Any) -> None:
+        try:
+            link = await read_downlink(track)
+            if link is not None:
+                phase.attributes = downlink_attributes(link)
+        except Exception as exc:  # the span goes without them
+            report("first speech statistics", exc)
+        finally:
+            self._downlink_task = None
+            self._link(phase)
 
     def _link(self, phase: PhaseRecord) -> None:
         """A linked span of this handoff: now, or (during its on_enter) once its span is made."""

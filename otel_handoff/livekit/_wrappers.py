@@ -26,6 +26,7 @@ from ..core import schema as sc
 from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
 from ..core.spans import HandoffTelemetry
+from ._downlink import published_audio_track
 from ._features import LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
 from ._reuse import realtime_blockers, stt_blockers
@@ -528,7 +529,9 @@ def _note_first_speech(telemetry: LiveKitTelemetry, session: Any, start_time: fl
     activity = getattr(session, "_activity", None)
     if handoff is None or activity is None or not handoff.enters(activity.agent):
         return
-    handoff.record_first_speech(int(start_time * 1e9) if start_time else time.time_ns())
+    handoff.record_first_speech(
+        int(start_time * 1e9) if start_time else time.time_ns(), published_audio_track()
+    )
 
 
 # --- a tool that returns an Agent after ctx.update() (tool executor, 1.6.0+) -------------------

@@ -1,0 +1,73 @@
+"""What the caller hears: from the agent's first audio frame of a new agent to the caller's ear.
+
+A trace ends ``first_speech`` where the agent captures its first audio frame into the call. The
+caller hears it later, after the audio is packetised, crosses the network and waits in the
+caller's jitter buffer. The agent's side of a WebRTC connection knows part of that from its own
+statistics (RTCP receiver reports: round-trip time, jitter, loss; the codec's packet framing), so
+every framework with a WebRTC transport reports the same :class:`Downlink` and gets the same
+estimate, :func:`heard_delay`. The model and where it is wrong: ``docs/livekit.md``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from . import schema as sc
+
+# RFC 7587: an Opus RTP packet carries 20 ms unless the SDP's ptime says otherwise
+_DEFAULT_PACKET_SECONDS = {"audio/opus": 0.020, "audio/pcmu": 0.020, "audio/pcma": 0.020, "audio/g722": 0.020}
+_PTIME = re.compile(r"(?:^|;)\s*ptime=(\d+)")
+# the receiver's jitter buffer: a packet being received and one in hand before playout starts
+# (libwebrtc's NetEq at low jitter), plus a margin of four times the jitter it measures
+_BUFFERED_PACKETS = 2
+_JITTER_MARGIN = 4
+
+
+@dataclass(frozen=True)
+class Downlink:
+    """What the agent's side reports of the way its audio takes to the caller."""
+
+    round_trip_time: float | None  # seconds, from RTCP receiver reports; None before the first one
+    jitter: float | None  # seconds, interarrival jitter the receiver reports
+    packets_lost: int | None
+    packet_duration: float | None  # seconds of audio per RTP packet
+    codec: str | None  # its MIME type, e.g. audio/opus
+
+    @staticmethod
+    def packet_seconds(codec: str | None, sdp_fmtp_line: str | None) -> float | None:
+        """Audio per packet: the SDP's ``ptime`` where it says, else the codec's RTP default."""
+        found = _PTIME.search(sdp_fmtp_line or "")
+        if found:
+            return int(found.group(1)) / 1000
+        return _DEFAULT_PACKET_SECONDS.get((codec or "").lower())
+
+
+def heard_delay(link: Downlink) -> float | None:
+    """Seconds from the agent's capture of a frame to the caller hearing it, or None when the
+    statistics do not say enough (no receiver report yet, an unknown codec).
+
+    One packet's worth of audio is gathered before it is sent; the network takes half the round
+    trip one way; the caller's jitter buffer holds two packets plus four times the jitter.
+    """
+    packet, rtt = link.packet_duration, link.round_trip_time
+    if packet is None or rtt is None:
+        return None
+    return packet + rtt / 2 + _BUFFERED_PACKETS * packet + _JITTER_MARGIN * (link.jitter or 0.0)
+
+
+def attributes(link: Downlink) -> dict[str, Any]:
+    """The ``first_speech`` span's attributes of the downlink (what is known of it)."""
+    found: dict[str, Any] = {}
+    for key, value in (
+        (sc.DOWNLINK_ROUND_TRIP_TIME, link.round_trip_time),
+        (sc.DOWNLINK_JITTER, link.jitter),
+        (sc.DOWNLINK_PACKETS_LOST, link.packets_lost),
+        (sc.DOWNLINK_PACKET_DURATION, link.packet_duration),
+        (sc.DOWNLINK_CODEC, link.codec),
+        (sc.FIRST_SPEECH_HEARD_DELAY, heard_delay(link)),
+    ):
+        if value is not None:
+            found[key] = value
+    return found

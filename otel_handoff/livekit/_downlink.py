@@ -1,0 +1,59 @@
+"""The agent's published audio in a LiveKit room, and what WebRTC reports of its way to the caller.
+
+Read once per handoff, when the new agent first speaks: the statistics of the room's published
+audio track (its RTCP receiver reports, its codec) become a :class:`~otel_handoff.core.heard.Downlink`.
+Outside a job (an offline session, a console run) there is no room: nothing is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from ..core.heard import Downlink
+
+STATS_TIMEOUT_SECONDS = 1.0  # the first_speech span waits at most this long for them
+
+
+def published_audio_track() -> Any | None:
+    """The audio track the job's room publishes (the agent's voice), or None outside a job."""
+    try:
+        from livekit.agents import get_job_context
+
+        room = get_job_context().room
+    except (ImportError, RuntimeError):  # no job: nothing is published anywhere
+        return None
+    from livekit import rtc
+
+    for publication in room.local_participant.track_publications.values():
+        if publication.kind == rtc.TrackKind.KIND_AUDIO and publication.track is not None:
+            return publication.track
+    return None
+
+
+async def read_downlink(track: Any) -> Downlink | None:
+    """The track's statistics as a :class:`Downlink`, or None when none came in time."""
+    try:
+        stats = await asyncio.wait_for(track.get_stats(), STATS_TIMEOUT_SECONDS)
+    except asyncio.TimeoutError:
+        return None
+    return downlink(stats)
+
+
+def downlink(stats: Any) -> Downlink:
+    """A :class:`Downlink` from livekit-rtc's ``RtcStats`` list (``remote_inbound_rtp``, ``codec``)."""
+    rtt = jitter = lost = None
+    codec = fmtp = None
+    for item in stats:
+        kind = item.WhichOneof("stats")
+        if kind == "remote_inbound_rtp":
+            report = item.remote_inbound_rtp
+            if report.remote_inbound.HasField("round_trip_time"):
+                rtt = report.remote_inbound.round_trip_time
+            if report.received.HasField("jitter"):
+                jitter = report.received.jitter
+            if report.received.HasField("packets_lost"):
+                lost = report.received.packets_lost
+        elif kind == "codec" and item.codec.codec.mime_type.lower().startswith("audio/"):
+            codec, fmtp = item.codec.codec.mime_type.lower(), item.codec.codec.sdp_fmtp_line
+    return Downlink(rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec)
