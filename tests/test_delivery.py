@@ -193,3 +193,64 @@ async def test_a_conversation_end_never_blocks_the_event_loop() -> None:
     assert delivery.flush_pending(10)
     assert provider.threads and set(provider.threads) == {"otel-handoff-flush"}
     assert provider.flushes in (1, 2)
+
+
+# --- every framework: its conversation's end sends what is ours -------------------------------------
+SCRIPTS = TESTS / "scripts"
+APPS = {  # an unmodified app of each framework, whose conversation ends before the process does
+    "livekit": "offline_agent.py",
+    "ag2": "offline_ag2_workflow.py",
+    "pipecat": "offline_pipecat_flow.py",
+    "openai-agents": "offline_openai_agents.py",
+    "google-adk": "offline_google_adk.py",
+    "langgraph": "offline_langgraph.py",
+}
+# the app runs, then the process stays up (a web-server worker, a frozen serverless handler)
+HOLD_AFTER = (
+    "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__'); "
+    "print('conversation over', flush=True); sys.stdin.readline()"
+)
+
+
+@pytest.mark.parametrize("framework", list(APPS))
+def test_every_framework_sends_its_handoffs_when_the_conversation_ends(rotel: Rotel, framework: str) -> None:
+    """With a 60 s batch delay, the handoffs reach the receiver while the process still lives."""
+    import environments
+
+    from otel_handoff.core.frameworks import FRAMEWORKS
+
+    span_framework = next(f.span_framework for f in FRAMEWORKS if f.key == framework)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    env |= {
+        "OTEL_HANDOFF_AUTO_INSTRUMENT": "true",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",
+        "OTEL_SERVICE_NAME": f"held-{framework}",
+    }
+    app = subprocess.Popen(
+        [environments.python_for(framework), "-c", HOLD_AFTER, str(SCRIPTS / APPS[framework])],
+        env=env,
+        cwd=TESTS,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while "conversation over" not in (line := app.stdout.readline()):
+            assert line, app.stderr.read()[-3000:]
+        wait_until(
+            lambda: [
+                s
+                for s in _named(rotel, sc.SPAN_HANDOFF)
+                if s["attributes"].get(sc.FRAMEWORK) == span_framework
+            ],
+            f"{framework}'s handoff while the process lives",
+        )
+        app.stdin.write("\n")
+        app.stdin.flush()
+        assert app.wait(60) == 0, app.stderr.read()[-3000:]
+    finally:
+        app.kill()
+        app.wait()
