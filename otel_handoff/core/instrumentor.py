@@ -18,6 +18,7 @@ from . import delivery
 from . import schema as sc
 from .faults import report
 from .metrics import HandoffMetrics
+from .settings import phase_metrics
 from .spans import end_open_roots
 
 # (module, "Class.method" or "function", wrapper)
@@ -217,8 +218,6 @@ class HandoffInstrumentor(BaseInstrumentor):
         delivery.remember(tracer, provider)  # flushed when a conversation ends, and at the process's end
         phases = kwargs.get("phase_metrics")
         if phases is None:
-            from ..export.settings import phase_metrics
-
             phases = phase_metrics()
         return tracer, HandoffMetrics(kwargs.get("meter_provider"), METER_SCOPE, phases=bool(phases))
 

@@ -8,10 +8,9 @@ The facts are kept as :class:`Problem` values, which ``otel-handoff doctor`` rea
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import Literal
 from urllib.parse import urlsplit
 
 from opentelemetry import environment_variables as api_env
@@ -19,9 +18,12 @@ from opentelemetry.sdk import environment_variables as env
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.util.re import parse_env_headers
 
-from .credentials import redact
-
-_LOG = logging.getLogger("otel_handoff")
+# the reporter, and the setting the instrumentors read themselves (core reads nothing from here);
+# Problem, PHASE_METRICS and phase_metrics re-exported for export's and doctor's readers
+from ..core.settings import PHASE_METRICS as PHASE_METRICS
+from ..core.settings import Problem as Problem
+from ..core.settings import first_set, report_problem
+from ..core.settings import phase_metrics as phase_metrics
 
 Signal = Literal["traces", "metrics"]
 
@@ -64,84 +66,9 @@ EXPORTER_VARIABLE: dict[Signal, str] = {
 }
 
 
-class Problem(NamedTuple):
-    """A setting that cannot be used: the variable, what is wrong, what it accepts, what follows."""
-
-    variable: str
-    problem: str
-    accepted: str
-    consequence: str
-
-
-class _Problems:
-    """Report each invalid variable once per set-up: one line, naming it and what it accepts.
-
-    The same facts are kept as :class:`Problem` values, which ``otel-handoff doctor`` reads.
-    """
-
-    def __init__(self) -> None:
-        self.found: list[Problem] = []
-        self.log = True
-
-    def reset(self, *, log: bool = True) -> None:
-        self.found = []
-        self.log = log
-
-    def __call__(
-        self, variable: str, problem: str, accepted: str, consequence: str, *, kept: bool = False
-    ) -> None:
-        """``kept``: the setting is used all the same (a warning, not an error)."""
-        if any(found.variable == variable for found in self.found):
-            return
-        problem, accepted = redact(problem), redact(accepted)  # a bad endpoint is quoted back
-        self.found.append(Problem(variable, problem, accepted, consequence))
-        if not self.log:
-            return
-        _LOG.log(
-            logging.WARNING if kept else logging.ERROR,
-            "otel-handoff: %s %s: %s. %s; the application keeps running.",
-            variable,
-            problem,
-            accepted,
-            consequence,
-        )
-
-
-report_problem = _Problems()
-
-
-def _first(*variables: str) -> tuple[str, str] | None:
-    """The first of ``variables`` that is set and not blank, as (name, stripped value)."""
-    for variable in variables:
-        value = os.environ.get(variable, "").strip()
-        if value:
-            return variable, value
-    return None
-
-
-PHASE_METRICS = "OTEL_HANDOFF_PHASE_METRICS"
-
-
-def phase_metrics() -> bool:
-    """``OTEL_HANDOFF_PHASE_METRICS``: per-phase metric points, on unless ``false``."""
-    setting = _first(PHASE_METRICS)
-    if setting is None or setting[1].lower() == "true":
-        return True
-    if setting[1].lower() == "false":
-        return False
-    report_problem(
-        setting[0],
-        f"is {setting[1]!r}",
-        "use true or false",
-        "Read as true: per-phase metric points are recorded",
-        kept=True,
-    )
-    return True
-
-
 def sdk_disabled() -> bool:
     """``OTEL_SDK_DISABLED``, read as the SDK reads it (a bad value reported once)."""
-    setting = _first(env.OTEL_SDK_DISABLED)
+    setting = first_set(env.OTEL_SDK_DISABLED)
     if setting is None or setting[1].lower() == "false":
         return False
     if setting[1].lower() == "true":
@@ -157,7 +84,7 @@ def sdk_disabled() -> bool:
 
 def resource(service_name: str | None) -> Resource:
     """``Resource.create()``, which reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``."""
-    setting = _first(env.OTEL_RESOURCE_ATTRIBUTES)
+    setting = first_set(env.OTEL_RESOURCE_ATTRIBUTES)
     if setting and any("=" not in entry for entry in setting[1].split(",")):
         report_problem(
             setting[0],
@@ -235,7 +162,7 @@ def _timeout_in_milliseconds(variable: str, value: str) -> None:
 def endpoint_variable(signal: Signal) -> str:
     """The variable that sets where ``signal`` goes: its own, if set, else the shared one."""
     own, shared = _OTLP_VARIABLES["ENDPOINT"][signal]
-    return own if _first(own) else shared
+    return own if first_set(own) else shared
 
 
 def what_to_check(signal: Signal, reason: str | None = None) -> str:
@@ -271,7 +198,7 @@ def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, s
     if protocol_override is not None:
         protocol = protocol_override
     else:
-        setting = _first(*_OTLP_VARIABLES["PROTOCOL"][signal])
+        setting = first_set(*_OTLP_VARIABLES["PROTOCOL"][signal])
         protocol = setting[1] if setting else "grpc"
         if setting and protocol not in OTLP_BY_PROTOCOL:
             report_problem(setting[0], f"is {protocol!r}", "use grpc or http/protobuf", off(setting[0]))
@@ -279,8 +206,8 @@ def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, s
 
     # as the exporters read them: the signal's own variable, else the shared one
     own_variable, shared_variable = _OTLP_VARIABLES["ENDPOINT"][signal]
-    signal_endpoint = _first(own_variable)
-    base_endpoint = _first(shared_variable)
+    signal_endpoint = first_set(own_variable)
+    base_endpoint = first_set(shared_variable)
     setting = signal_endpoint or base_endpoint
     if setting and (problem := _url_problem(setting[1])):
         accepted = "use a URL like http://127.0.0.1:4317"
@@ -296,11 +223,11 @@ def otlp_settings(signal: Signal, protocol_override: str | None) -> tuple[str, s
         ),
     ]
     for suffix, check, accepted in checks:
-        setting = _first(*_OTLP_VARIABLES[suffix][signal])
+        setting = first_set(*_OTLP_VARIABLES[suffix][signal])
         if setting and (problem := check(setting[1])):
             report_problem(setting[0], problem, accepted, off(setting[0]))
             return None
-    if timeout := _first(*_OTLP_VARIABLES["TIMEOUT"][signal]):
+    if timeout := first_set(*_OTLP_VARIABLES["TIMEOUT"][signal]):
         _timeout_in_milliseconds(*timeout)
 
     # where the exporter will send, as it resolves it (for the log lines and the summary)
