@@ -2,10 +2,12 @@
 # Install the real OTLP receivers the export tests run against, pinned, idempotently:
 #   rotel (an OpenTelemetry collector)  -> into the test venv ($1, else the active Python)
 #   Arize Phoenix (a trace backend)     -> into its own venv, $PHOENIX_VENV
-#   chromium (headless, for the UI test), prometheus (the dashboard's queries), unshare, ip -> apt-get
+#   chromium (headless, for the UI test), prometheus (the dashboard's queries), unshare, ip,
+#   espeak-ng (the real-call test's caller speaks)                                       -> apt-get
 #   playwright (python driver only)      -> into the test venv; it drives /usr/bin/chromium
 #   Jaeger v2 and our collector (ocb)    -> built with Go from the module proxy into $GO_RECEIVERS
 #                                           (one folder per pinned version), linked into the test venv
+#   livekit-server v1.11.0 (the real-call test) -> go install, the same way
 # The tests find Phoenix through OTEL_HANDOFF_PHOENIX, which defaults to $PHOENIX_VENV/bin/phoenix.
 # Usage: .ci/install-receivers.sh [TEST_VENV_DIR]
 set -euo pipefail
@@ -59,8 +61,9 @@ command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 command -v prometheus >/dev/null 2>&1 || apt_packages+=(prometheus)  # the dashboard's queries, run for real
 command -v unshare >/dev/null 2>&1 || apt_packages+=(util-linux)
 command -v ip >/dev/null 2>&1 || apt_packages+=(iproute2)
+command -v espeak-ng >/dev/null 2>&1 || apt_packages+=(espeak-ng)  # the real-call test's caller speaks
 if [[ ${#apt_packages[@]} -eq 0 ]]; then
-  installed+=("chromium, prometheus, unshare, ip (already there)")
+  installed+=("chromium, prometheus, unshare, ip, espeak-ng (already there)")
 else
   SUDO=""
   [[ "$(id -u)" == 0 ]] || SUDO="sudo"
@@ -112,6 +115,15 @@ VENV_BIN="$(dirname "$PY")"
 ln -sf "$JAEGER_DIR/jaeger" "$VENV_BIN/jaeger"
 ln -sf "$OTELCOL_DIR/otelcol-handoff" "$VENV_BIN/otelcol-handoff"
 
+# livekit-server, for the real-call test (tests/test_livekit_call.py): v1.11.0, the last release whose
+# dependencies the Go module proxy serves (v1.12+ need forks it does not). `go install pkg@version`
+# builds it from that release's own go.mod and go.sum; named by version, reused on a second run.
+LIVEKIT_SERVER_VERSION="v1.11.0"
+LIVEKIT_DIR="$GO_RECEIVERS/livekit-server-$LIVEKIT_SERVER_VERSION"
+go_build livekit-server "$LIVEKIT_DIR" sh -c "GOFLAGS= GOBIN='$LIVEKIT_DIR.partial' go install 'github.com/livekit/livekit-server/cmd/server@$LIVEKIT_SERVER_VERSION' \
+  && mv '$LIVEKIT_DIR.partial/server' '$LIVEKIT_DIR.partial/livekit-server'"
+ln -sf "$LIVEKIT_DIR/livekit-server" "$VENV_BIN/livekit-server"
+
 echo "install-receivers:"
 printf '  %s\n' "${installed[@]}"
 echo "  chromium: $(chromium --version 2>/dev/null || echo '?')"
@@ -119,3 +131,5 @@ echo "  prometheus: $(prometheus --version 2>&1 | head -n 1 || echo '?')"
 echo "  jaeger: $("$VENV_BIN/jaeger" version 2>/dev/null | tail -n 1 | cut -c1-80) ($JAEGER_MODULE_VERSION)"
 echo "  otelcol-handoff: $("$VENV_BIN/otelcol-handoff" --version 2>/dev/null || echo '?')"
 echo "  OTEL_HANDOFF_PHOENIX=${OTEL_HANDOFF_PHOENIX:-$PHOENIX_VENV/bin/phoenix}"
+# bash's SECONDS: since the script started, every step above included
+echo "  total: $SECONDS s ($((SECONDS / 60)) min $((SECONDS % 60)) s)"

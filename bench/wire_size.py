@@ -4,14 +4,17 @@ Runs each framework's ``otel-handoff demo`` (the real framework offline, ``--exp
 OTLP/JSON it wrote back into ``ExportTraceServiceRequest`` messages and weighs otel-handoff's own
 spans (``agent_handoff*``) as the OTLP exporter sends them: protobuf bytes per handoff, plain and
 gzip-compressed (``OTEL_EXPORTER_OTLP_COMPRESSION=gzip``), one request per trace as the file holds
-them. The framework's own spans in the same traces are reported beside them, for scale.
+them. The framework's own spans in the same traces are reported beside them, for scale. Every
+framework of the registry; one whose demo this Python cannot import runs with the Python of its own
+environment, ``.venv-KEY`` beside this checkout (the suite makes ``.venv-google-adk``).
 
-    python bench/wire_size.py        # ~20 s; writes bench/results/wire_size.md
+    python bench/wire_size.py        # ~30 s; writes bench/results/wire_size.md
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -22,9 +25,20 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otel_handoff.cli import otlp_json
 from otel_handoff.core import schema as sc
+from otel_handoff.core.frameworks import FRAMEWORKS, Framework
 
-FRAMEWORKS = ["livekit", "ag2", "pipecat", "openai-agents"]
-RESULTS = Path(__file__).resolve().parent / "results" / "wire_size.md"
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "wire_size.md"
+
+
+def python_for(framework: Framework) -> str:
+    """This Python, or that of the framework's own environment when its demo cannot import here."""
+    try:
+        here = importlib.util.find_spec(framework.demo_module) is not None
+    except ImportError:
+        here = False
+    own = ROOT / f".venv-{framework.key}" / "bin" / "python"
+    return sys.executable if here or not own.exists() else str(own)
 
 
 def only(request: ExportTraceServiceRequest, ours: bool) -> ExportTraceServiceRequest:
@@ -39,11 +53,12 @@ def only(request: ExportTraceServiceRequest, ours: bool) -> ExportTraceServiceRe
     return kept
 
 
-def measure(framework: str) -> dict[str, float]:
+def measure(framework: Framework) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as folder:
         export = Path(folder) / "spans.jsonl"
+        python = python_for(framework)
         subprocess.run(
-            [sys.executable, "-m", "otel_handoff", "demo", "--framework", framework, "--export", str(export)],
+            [python, "-m", "otel_handoff", "demo", "--framework", framework.key, "--export", str(export)],
             check=True,
             capture_output=True,
             timeout=300,
@@ -81,7 +96,7 @@ def main() -> None:
     for framework in FRAMEWORKS:
         m = measure(framework)
         rows.append(
-            f"| {framework} | {m['handoffs']:.0f} | {m['spans']:.1f} | {m['bytes']:,.0f} | "
+            f"| {framework.key} | {m['handoffs']:.0f} | {m['spans']:.1f} | {m['bytes']:,.0f} | "
             f"{m['gzip']:,.0f} | {m['framework_spans']:.1f} ({m['framework_bytes']:,.0f}) |"
         )
     table = "\n".join(rows)

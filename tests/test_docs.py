@@ -91,6 +91,7 @@ def test_what_the_install_script_installs_is_said() -> None:
         ("Prometheus", "prometheus"),
         ("Chromium", "chromium"),
         ("playwright", "playwright"),
+        ("livekit-server", "livekit-server"),
     ]:
         assert in_script in script, name
         assert name in readme and name in development, name
@@ -101,3 +102,22 @@ def test_every_framework_folder_has_what_the_readme_says() -> None:
         folder = ROOT / Path(*framework.instrumentor.partition(":")[0].split("."))
         assert (folder / "package.py").exists(), folder
         assert f"{folder.name}/`" in PAGES[ROOT / "README.md"], folder.name
+
+
+def test_the_install_script_ends_with_its_total_time() -> None:
+    """Each build says its time, the script its total last: what docs/development.md quotes."""
+    script = (ROOT / ".ci" / "install-receivers.sh").read_text().rstrip().splitlines()
+    assert script[-1].startswith('echo "  total: $SECONDS s'), script[-1]
+    development = " ".join(PAGES[ROOT / "docs" / "development.md"].split())
+    assert "its total (`total: … s`)" in development
+    # cold builds vary run to run: said as the range measured, not as one figure
+    span = r"\d+\N{EN DASH}\d+ s"
+    assert re.search(rf"Jaeger {span}, then the collector {span}", development)
+
+
+def test_the_wire_size_table_is_the_benchs_and_holds_every_framework() -> None:
+    header = "| framework (demo) | handoffs |"
+    results = (ROOT / "bench" / "results" / "wire_size.md").read_text()
+    documented = table_rows(PAGES[ROOT / "docs" / "export.md"], header)
+    assert documented == table_rows(results, header)
+    assert [row[0] for row in documented] == [framework.key for framework in FRAMEWORKS]

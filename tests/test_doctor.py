@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from environments import ADK_REQUIREMENTS, environment
 from receivers import Phoenix, Rotel, refused_port, shared_phoenix
 
 DOCTOR = [sys.executable, "-m", "otel_handoff", "doctor"]
@@ -73,3 +76,90 @@ def test_says_whether_opentelemetry_instrument_would_set_up_the_sdk() -> None:
     without = doctor(OTEL_PYTHON_CONFIGURATOR="absent").stdout  # as if it were not installed
     assert "opentelemetry-instrument: would export nothing" in without
     assert "pip install opentelemetry-distro" in without
+
+
+# --- what the installed frameworks require ------------------------------------------------------
+def distribution(folder: Path, name: str, version: str, *requires: str, metadata: str | None = None) -> Path:
+    """A ``.dist-info`` folder in ``folder``, as pip leaves one: importlib.metadata reads it like any
+    installed distribution once ``folder`` is on ``sys.path`` (PYTHONPATH: ahead of site-packages)."""
+    info = folder / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    text = metadata or "".join(
+        [
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+            *(f"Requires-Dist: {r}\n" for r in requires),
+        ]
+    )
+    (info / "METADATA").write_text(text)
+    return folder
+
+
+def test_the_requirements_of_every_installed_framework_are_met_here() -> None:
+    result = doctor()
+    section = result.stdout.split("Requirements\n")[1].split("\nAuto-instrumentation")[0]
+    assert "livekit-agents 1." in section and section.endswith("every requirement met"), section
+
+
+def test_google_adk_installed_beside_livekit_as_pip_leaves_it(tmp_path: Path) -> None:
+    """The newcomer's environment: `pip install 'otel-handoff[google-adk]'` into the LiveKit venv
+    exits 0 and moves opentelemetry-sdk down to google-adk's cap. Here the real google-adk's own
+    metadata (from ADK's environment) and opentelemetry-sdk 1.44.0's stand on the path."""
+    if sys.version_info < (3, 11):
+        pytest.skip("google-adk 2.x needs Python 3.11")
+    venv = environment(".venv-google-adk", ADK_REQUIREMENTS)
+    (real,) = venv.glob("lib/python*/site-packages/google_adk-*.dist-info/METADATA")
+    version = real.parent.name.removesuffix(".dist-info").split("-")[1]
+    distribution(tmp_path, "google-adk", version, metadata=real.read_text())
+    distribution(tmp_path, "opentelemetry-sdk", "1.44.0", "opentelemetry-api==1.44.0")
+    result = doctor(PYTHONPATH=str(tmp_path), OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    assert result.returncode == 1, result.stdout
+    lines = result.stdout.splitlines()
+    clash = next(
+        line for line in lines if line.startswith("  livekit-agents") and "opentelemetry-sdk" in line
+    )
+    assert "but opentelemetry-sdk 1.44.0 is installed" in clash
+    assert f"which google-adk {version} needs (opentelemetry-sdk" in clash, clash
+    problem = lines.index(next(line for line in lines if "cannot share an environment" in line))
+    assert "LiveKit Agents and Google ADK cannot share an environment" in lines[problem]
+    fix = lines[problem + 1]
+    assert (
+        "fix: one virtual environment per side: Google ADK in its own (python3 -m venv .venv-google-adk"
+        in fix
+    )
+    assert "[google-adk]'" in fix and "pip uninstall google-adk" in fix and "[livekit]' again" in fix
+    # what docs/tools.md quotes of it, versions aside
+    tools = " ".join((Path(__file__).parent.parent / "docs" / "tools.md").read_text().split())
+    quoted = re.search(r"`doctor` then says `([^`]+)`", tools)
+    assert quoted is not None and numbers_aside(quoted.group(1)) in numbers_aside(lines[problem])
+
+
+def numbers_aside(text: str) -> str:
+    return re.sub(r"\d+(\.\d+)*", "N", text)
+
+
+def test_a_requirement_not_installed_and_one_no_other_framework_pins(tmp_path: Path) -> None:
+    """A framework needing what is missing, and a newer idna than installed (no framework's own
+    distribution pins idna): pip's fix, no environment split."""
+    distribution(tmp_path, "pipecat-ai", "1.14.0", "not-installed-anywhere>=1", "idna>=999")
+    result = doctor(PYTHONPATH=str(tmp_path), OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    assert result.returncode == 1, result.stdout
+    assert "  pipecat-ai 1.14.0 needs not-installed-anywhere>=1, which is not installed" in result.stdout
+    assert "fix: pip install 'not-installed-anywhere>=1'" in result.stdout
+    assert "  pipecat-ai 1.14.0 needs idna>=999, but idna " in result.stdout
+    assert "fix: pip install 'idna>=999'" in result.stdout
+    assert "cannot share an environment" not in result.stdout
+
+
+def test_two_frameworks_pinning_apart(tmp_path: Path) -> None:
+    """Pipecat needing an opentelemetry-api that livekit-agents' own pin rules out: one venv each."""
+    distribution(tmp_path, "pipecat-ai", "1.14.0", "opentelemetry-api>=99")
+    result = doctor(PYTHONPATH=str(tmp_path), OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none")
+    assert "but opentelemetry-api 1." in result.stdout and "which livekit-agents 1." in result.stdout
+    assert (
+        "  ✗ Pipecat Flows and LiveKit Agents cannot share an environment: pipecat-ai 1.14.0 needs"
+        in result.stdout
+    )
+    assert (
+        "fix: one virtual environment per side: LiveKit Agents in its own (python3 -m venv .venv-livekit"
+        in result.stdout
+    )

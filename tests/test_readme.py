@@ -34,6 +34,17 @@ def test_two_setup_commands_in_their_own_venvs_and_ci_runs_the_test_one() -> Non
     assert venvs[0] != venvs[1], "trying it and developing it do not share a venv"
 
 
+def test_the_demo_line_says_which_extras_need_a_venv_of_their_own() -> None:
+    """Installing one of these into the "Try it" venv exits 0 and breaks it (pip's resolver ERROR):
+    the README says so where it tells the user to install an extra."""
+    from otel_handoff.core.frameworks import BY_KEY
+
+    demo_line = " ".join(README.split("--framework livekit` (default)")[1].split("\n\n")[0].split())
+    for key in environments.OWN_ENVIRONMENTS:
+        assert f"`[{BY_KEY[key].extra}]` in a venv of its own" in demo_line, key
+    assert "otel-handoff doctor" in demo_line
+
+
 def test_the_readme_is_short_and_links_every_docs_page() -> None:
     assert len(README.splitlines()) <= 120
     for page in DOCS:

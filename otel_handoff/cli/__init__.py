@@ -9,45 +9,52 @@ import os
 import sys
 from collections.abc import Sequence
 
-from ..core.frameworks import BY_KEY
+from ..core.frameworks import BY_KEY, FRAMEWORKS, names
 from ..version import __version__
 from .summary import FORMATS
 
-# the demo of each framework: (its runner module, its coroutine function)
+# the demo of each framework (by registry key): its runner module, its coroutine function, and
+# what it runs, for --help; a test holds it to the registry
 _DEMOS = {
-    "livekit": ("demo", "run_demo"),
-    "ag2": ("demo_ag2", "run_ag2_demo"),
-    "pipecat": ("demo_pipecat", "run_pipecat_demo"),
-    "openai-agents": ("demo_openai_agents", "run_openai_agents_demo"),
-    "google-adk": ("demo_google_adk", "run_google_adk_demo"),
-    "langgraph": ("demo_langgraph", "run_langgraph_demo"),
+    "livekit": ("demo", "run_demo", "a LiveKit AgentSession: tool transfers, an AgentTask, update_agent()"),
+    "ag2": ("demo_ag2", "run_ag2_demo", "ag2 1.x workflow channels"),
+    "pipecat": ("demo_pipecat", "run_pipecat_demo", "a Pipecat Flows conversation"),
+    "openai-agents": (
+        "demo_openai_agents",
+        "run_openai_agents_demo",
+        "an OpenAI Agents SDK text run and realtime session",
+    ),
+    "google-adk": ("demo_google_adk", "run_google_adk_demo", "a Google ADK text run and live session"),
+    "langgraph": ("demo_langgraph", "run_langgraph_demo", "a LangGraph swarm and supervisor delegation"),
 }
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="otel-handoff", description="OpenTelemetry tracing of agent handoffs."
+        prog="otel-handoff", description=f"OpenTelemetry tracing of agent handoffs in {names()}."
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    default = FRAMEWORKS[0].key
     demo = commands.add_parser(
         "demo",
-        help="run a traced multi-agent LiveKit session offline and print its handoffs",
+        help=f"run a traced multi-agent app offline ({names()}) and print its handoffs",
         description=(
-            "Run a real LiveKit AgentSession offline (no room, no keys) through tool transfers, "
-            "an AgentTask and realtime-session reuse, and print a waterfall of each handoff. "
+            f"Run a real multi-agent app of one framework offline — {names()} — with only the "
+            "model edges scripted (no server, no keys), and print a waterfall of each handoff. "
             "Spans also go to OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set."
         ),
     )
     demo.add_argument("--export", metavar="FILE", help="also write the spans to FILE as OTLP JSON Lines")
     demo.add_argument(
         "--framework",
-        choices=sorted(_DEMOS),
-        default="livekit",
-        help="livekit (default): a LiveKit AgentSession; ag2: ag2 1.x workflow channels; "
-        "pipecat: Pipecat Flows; openai-agents: an OpenAI Agents SDK text run and realtime session; "
-        "google-adk: a Google ADK text run and live session; langgraph: a swarm handoff and a supervisor "
-        "delegation",
+        choices=[framework.key for framework in FRAMEWORKS],
+        default=default,
+        help="; ".join(
+            f"{framework.key}{' (default)' if framework.key == default else ''}: "
+            + _DEMOS.get(framework.key, ("", "", framework.title))[2]  # the help stands without a demo
+            for framework in FRAMEWORKS
+        ),
     )
     summary = commands.add_parser(
         "summary",
@@ -84,10 +91,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands.add_parser(
         "doctor",
-        help="check this environment: frameworks, auto-instrumentation, exporter, endpoint",
+        help="check this environment: frameworks and what they require, auto-instrumentation, exporter, "
+        "endpoint",
         description=(
             "Print what handoff tracing would do here: framework versions and whether they are "
-            "supported, which instrumentors are active or disabled and why, the provider and exporters "
+            "supported, whether what the installed frameworks require is installed (as pip check: "
+            "frameworks that cannot share an environment are named, with the fix), which "
+            "instrumentors are active or disabled and why, the provider and exporters "
             "that would be used, the endpoint and protocol and whether the endpoint answers. Exits 1 "
             "on a misconfiguration, with a one-line fix for each problem."
         ),
@@ -102,7 +112,7 @@ def _use_color() -> bool:
 
 def _demo(args: argparse.Namespace) -> int:
     framework = BY_KEY[args.framework]
-    module, function = _DEMOS[args.framework]
+    module, function, _ = _DEMOS[args.framework]
     try:  # the demo module imports its framework (and quiets its log first, where it has one)
         runner = importlib.import_module(f"{__name__}.{module}")
         importlib.import_module(framework.demo_module)

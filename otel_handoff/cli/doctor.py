@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import _auto
-from ..core.frameworks import FRAMEWORKS, any_hint
+from ..core.frameworks import BY_KEY, FRAMEWORKS, Framework, any_hint
 from ..export.credentials import redact, split_userinfo
 from ..export.settings import PROTOCOL_FIX, protocol_hint
 from ..version import __version__
@@ -73,6 +73,65 @@ def _frameworks(report: Report) -> None:
         )
     if not found:
         report.problem("no supported framework is installed", any_hint())
+
+
+def _requirements(report: Report) -> None:
+    """``pip check`` on otel-handoff and the installed frameworks: pip installs a framework whose
+    requirements clash with another's with exit status 0 and leaves one of them broken."""
+    from .requirements import check
+
+    report.say("Requirements")
+    found = check()
+    if not found.unmet:
+        report.say(f"  {', '.join(found.roots)}: {found.checked} distributions, every requirement met")
+        return
+    # two frameworks pinning apart, either way round -> (the side whose need is unmet, its line)
+    conflicts: dict[frozenset[str], list[tuple[str, str]]] = {}
+    for unmet in found.unmet:
+        need = unmet.need
+        if unmet.installed is None:
+            line = f"{need.requirer} needs {need.wanted}, which is not installed"
+        else:
+            installed = f"{need.requirement.name} {unmet.installed}"
+            line = f"{need.requirer} needs {need.wanted}, but {installed} is installed"
+            held = unmet.by_framework or unmet.held_by  # another framework's own pin first
+            if held:
+                line += f", which {held[0].requirer} needs ({held[0].wanted})"
+        report.say(f"  {line}")
+        ours, theirs = unmet.frameworks
+        if ours and theirs:
+            conflicts.setdefault(frozenset((ours[0].key, theirs[0].key)), []).append((ours[0].key, line))
+        else:
+            report.problem(line, f"pip install '{need.wanted}' (pip then says what else holds it back)")
+    order = [framework.key for framework in FRAMEWORKS]
+    for pair, sides in conflicts.items():
+        # the side pip broke (most needs unmet) stays; the other moves to an environment of its own
+        key = max(pair, key=lambda k: (sum(side == k for side, _ in sides), -order.index(k)))
+        here, other = BY_KEY[key], BY_KEY[next(k for k in pair if k != key)]
+        lines = [line for side, line in sides if side == key]
+        # the framework's own requirement says it best (livekit-agents, not an exporter it pulls in)
+        shown = next((line for line in lines if line.startswith(tuple(found.roots))), lines[0])
+        more = f" (and {len(sides) - 1} more)" if len(sides) > 1 else ""
+        venv = f".venv-{other.key}"
+        report.problem(
+            f"{here.name} and {other.name} cannot share an environment: {shown}{more}",
+            f"one virtual environment per side: {other.name} in its own (python3 -m venv {venv} && "
+            f"{venv}/bin/{other.install_hint}); here, pip uninstall {' '.join(_installed(other))}, then "
+            f"{here.install_hint} again to restore what {here.name} needs",
+        )
+
+
+def _installed(framework: Framework) -> list[str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for name in framework.distributions:
+        try:
+            version(name)
+        except PackageNotFoundError:
+            continue
+        found.append(name)
+    return found
 
 
 def _start_up_hook() -> Path | None:
@@ -295,6 +354,7 @@ def diagnose() -> Report:
     report = Report()
     report.say(f"otel-handoff {__version__} · Python {sys.version.split()[0]} · {sys.executable}")
     _frameworks(report)
+    _requirements(report)
     _auto_instrumentation(report)
     _export(report)
     return report

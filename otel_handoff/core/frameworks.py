@@ -31,6 +31,11 @@ class Framework:
     duration: str  # what its agent_handoff.duration measures, for people (summary's legend)
 
     @property
+    def name(self) -> str:
+        """The framework's name in a sentence: its title without the parenthesis."""
+        return self.title.partition(" (")[0]
+
+    @property
     def install_hint(self) -> str:
         return install_command(self.extra)
 
@@ -149,6 +154,13 @@ FRAMEWORKS: tuple[Framework, ...] = (
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}
+
+
+def names() -> str:
+    """Every framework by name, for a sentence that speaks of all of them (help texts, doctor):
+    generated here, so a framework added to the registry is in each of them."""
+    *first, last = [framework.name for framework in FRAMEWORKS]
+    return f"{', '.join(first)} and {last}" if first else last
 
 
 def any_hint() -> str:
