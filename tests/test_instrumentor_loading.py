@@ -119,3 +119,24 @@ def test_the_framework_registry_matches_pyproject() -> None:
     assert sorted(extras["instruments-any"]) == sorted(r for f in FRAMEWORKS for r in f.instruments)
     # installed from this checkout (the test venv): the hint installs from it, not the index
     assert all(f.install_hint.endswith(f"[{f.extra}]'") for f in FRAMEWORKS)
+
+
+def test_every_instrumentor_declares_what_the_skeleton_reads() -> None:
+    """Each registered instrumentor (or each of its parts) names its release, what a refusal leaves
+    untraced and the releases tested, and builds its telemetry and wrap points: the skeleton
+    (``HandoffInstrumentor``) does the rest."""
+    import importlib
+
+    from otel_handoff.core.frameworks import FRAMEWORKS
+    from otel_handoff.core.instrumentor import HandoffInstrumentor
+
+    for framework in FRAMEWORKS:
+        module, _, name = framework.instrumentor.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        assert issubclass(cls, HandoffInstrumentor), name
+        for part in cls.parts or (cls,):
+            instrumentor = part()
+            for attribute in ("release", "untraced", "tested", "newest_tested"):
+                assert isinstance(getattr(instrumentor, attribute), str), (part.__name__, attribute)
+            for hook in ("make_telemetry", "wrap_points"):
+                assert getattr(part, hook) is not getattr(HandoffInstrumentor, hook), (part.__name__, hook)

@@ -26,11 +26,7 @@ import functools
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
-
-from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, resolve, unwrap_each
-from ..core.metrics import HandoffMetrics
+from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint, resolve
 from . import _features, _wrappers, package
 from ._chat import GroupChatTelemetry
 
@@ -49,7 +45,7 @@ _MANAGER_REPLY_FUNCS = (
 __all__ = ["AG2HandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: GroupChatTelemetry) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: GroupChatTelemetry) -> list[WrapPoint]:
     """(module, "Class.method" or "function", wrapper) for everything this instrumentor patches."""
     with_telemetry = functools.partial
     w = _wrappers
@@ -97,7 +93,7 @@ _AGENT_MODULE = "ag2.agent"
 _HUB_MODULE = "ag2.network.hub.core"
 
 
-def _network_wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+def _network_wrap_points(telemetry: Any) -> list[WrapPoint]:
     """What the ag2 1.x workflow-channel tracing patches (see ``_network``)."""
     from . import _network as n
 
@@ -114,106 +110,75 @@ def _network_wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
     ]
 
 
-def _current(module: str, name: str) -> Any:
-    owner, attr = resolve(module, name)
-    return vars(owner)[attr]
+def _reply_funcs(points: tuple[tuple[str, str], ...]) -> tuple[tuple[Any, Any], ...]:
+    """(AG2's reply function, our wrapper of it) at each wrapped point."""
+    wrappers = [vars(owner)[attr] for owner, attr in (resolve(*point) for point in points)]
+    return tuple((wrapper.__wrapped__, wrapper) for wrapper in wrappers)
+
+
+class _GroupChats(HandoffInstrumentor):
+    """The classic ``autogen`` package's group chats (ag2 0.9.10 to 0.14, autogen 0.14)."""
+
+    release = "autogen (classic AG2)"
+    untraced = "its group chats are"
+    tested, newest_tested = package.TESTED_CLASSIC, package.NEWEST_TESTED_CLASSIC
+
+    def detect(self) -> _features.AG2Features | None:
+        return _features.detect()
+
+    def make_telemetry(self, parts: TelemetryParts, features: _features.AG2Features) -> GroupChatTelemetry:
+        return GroupChatTelemetry(*parts, features=features)
+
+    def wrap_points(self, telemetry: GroupChatTelemetry) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def after_instrument(self, telemetry: GroupChatTelemetry) -> None:
+        telemetry.agent_reply_funcs = _reply_funcs(_AGENT_REPLY_FUNCS)
+        telemetry.manager_reply_funcs = _reply_funcs(_MANAGER_REPLY_FUNCS)
+
+    def before_uninstrument(self, telemetry: GroupChatTelemetry) -> None:
+        # put AG2's own reply functions back where agents and managers registered ours
+        for agent in list(telemetry.patched_agents):
+            for original, wrapper in telemetry.agent_reply_funcs:
+                agent.replace_reply_func(wrapper, original)
+        for manager in list(telemetry.patched_managers):
+            for original, wrapper in telemetry.manager_reply_funcs:
+                manager.replace_reply_func(wrapper, original)
+
+
+class _WorkflowChannels(HandoffInstrumentor):
+    """ag2 1.x ``ag2.network`` workflow channels."""
+
+    release = "ag2"
+    untraced = "its workflow channels are"
+    tested, newest_tested = package.TESTED_NETWORK, package.NEWEST_TESTED_NETWORK
+
+    def detect(self) -> Installed | None:
+        version = _features.network_version()
+        return None if version is None else Installed(version)
+
+    def missing(self) -> list[str]:
+        from . import _network  # a release that moved what it imports is refused, naming the module
+
+        return [] if _network.hub_awaits_own_hooks() else ["Hub._fan_out awaiting the hub's own hooks"]
+
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
+        from ._network import NetworkTelemetry
+
+        return NetworkTelemetry(*parts)
+
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _network_wrap_points(telemetry)
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        telemetry.detach_all()  # no hub is observed any more
 
 
 class AG2HandoffInstrumentor(HandoffInstrumentor):
     """Traces AG2 handoffs: classic group chats (ag2 0.9.10-0.14, autogen 0.14), ag2 1.x channels."""
 
-    _telemetry: GroupChatTelemetry | None = None
-    _network: Any = None  # _network.NetworkTelemetry while workflow channels are traced
-    _manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
+    parts = (_GroupChats, _WorkflowChannels)
 
     def instrumentation_dependencies(self) -> Collection[str]:
         # psycopg2-style: whichever distribution installs AG2 (see `package._instruments_any`)
         return _features.dependencies()
-
-    def _instrument(self, **kwargs: Any) -> None:
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        features = _features.detect()
-        if features is not None:
-            self._instrument_classic(features, tracer, metrics)
-        network_version = _features.network_version()
-        if network_version is not None:
-            self._instrument_network(network_version, tracer, metrics)
-
-    def _instrument_classic(
-        self, features: _features.AG2Features, tracer: trace.Tracer, metrics: HandoffMetrics
-    ) -> None:
-        telemetry = GroupChatTelemetry(
-            tracer=tracer,
-            metrics=metrics,
-            features=features,
-            static_attributes=self.static_attributes(sc.FRAMEWORK_AG2, features.version),
-        )
-        originals = {point: _current(*point) for point in (*_AGENT_REPLY_FUNCS, *_MANAGER_REPLY_FUNCS)}
-        if not self.wrap_all(
-            _wrap_points(telemetry),
-            release="autogen (classic AG2)",
-            version=features.version,
-            tested=package.TESTED_CLASSIC,
-            newest_tested=package.NEWEST_TESTED_CLASSIC,
-            what="its group chats are",
-        ):
-            return
-        telemetry.agent_reply_funcs = tuple((originals[p], _current(*p)) for p in _AGENT_REPLY_FUNCS)
-        cls = type(self)
-        cls._manager_reply_funcs = tuple((originals[p], _current(*p)) for p in _MANAGER_REPLY_FUNCS)
-        cls._telemetry = telemetry
-
-    def _instrument_network(self, version: str, tracer: trace.Tracer, metrics: HandoffMetrics) -> None:
-        what = "its workflow channels are"
-        try:
-            from . import _network
-        except ImportError as exc:  # a release that moved what we read
-            self.refuse(
-                release="ag2",
-                version=version,
-                missing=[str(exc.name or exc)],
-                what=what,
-                tested=package.TESTED_NETWORK,
-            )
-            return
-        if not _network.hub_awaits_own_hooks():
-            self.refuse(
-                release="ag2",
-                version=version,
-                missing=["Hub._fan_out awaiting the hub's own hooks"],
-                what=what,
-                tested=package.TESTED_NETWORK,
-            )
-            return
-        telemetry = _network.NetworkTelemetry(
-            tracer, metrics, self.static_attributes(sc.FRAMEWORK_AG2, version)
-        )
-        if self.wrap_all(
-            _network_wrap_points(telemetry),
-            release="ag2",
-            version=version,
-            tested=package.TESTED_NETWORK,
-            newest_tested=package.NEWEST_TESTED_NETWORK,
-            what=what,
-        ):
-            type(self)._network = telemetry
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        cls = type(self)
-        telemetry = cls._telemetry
-        if telemetry is not None:
-            telemetry.enabled = False  # wrappers still referenced somewhere now pass straight through
-            # put AG2's own reply functions back where agents and managers registered ours
-            for agent in list(telemetry.patched_agents):
-                for original, wrapper in telemetry.agent_reply_funcs:
-                    agent.replace_reply_func(wrapper, original)
-            for manager in list(telemetry.patched_managers):
-                for original, wrapper in cls._manager_reply_funcs:
-                    manager.replace_reply_func(wrapper, original)
-        if cls._network is not None:
-            cls._network.detach_all()  # no hub is observed any more
-            unwrap_each(cls._network.lazily_wrapped)
-        self.unwrap_all()
-        cls._telemetry = None
-        cls._network = None
-        cls._manager_reply_funcs = ()

@@ -54,8 +54,10 @@ class GroupChatTelemetry(HandoffTelemetry):
     # agents and managers whose reply-function lists hold our wrappers, restored at uninstrument()
     patched_agents: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
     patched_managers: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)
-    # (AG2's reply function, our wrapper of it) for the reply functions agents register
+    # (AG2's reply function, our wrapper of it) for the reply functions agents register, and
+    # for those a GroupChatManager registers at construction
     agent_reply_funcs: tuple[tuple[Any, Any], ...] = ()
+    manager_reply_funcs: tuple[tuple[Any, Any], ...] = ()
 
     def begin_chat(self, manager: Any) -> ChatState | None:
         """Track a chat from ``run_chat``; None if disabled or this manager's chat is already tracked."""

@@ -1,11 +1,16 @@
-"""What every otel-handoff instrumentor shares on top of contrib's ``BaseInstrumentor``."""
+"""The instrumentor skeleton every framework package fills in, on top of contrib's ``BaseInstrumentor``."""
 
 from __future__ import annotations
 
+import functools
 import importlib
+import importlib.metadata
+import importlib.util
 import logging
 import sys
-from typing import Any
+from collections.abc import Callable, Collection
+from types import ModuleType
+from typing import Any, ClassVar, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
@@ -17,9 +22,10 @@ from ..version import __version__
 from . import delivery
 from . import schema as sc
 from .faults import report
+from .frameworks import FRAMEWORKS, Framework
 from .metrics import HandoffMetrics
 from .settings import phase_metrics
-from .spans import end_open_roots
+from .spans import HandoffTelemetry, end_open_roots
 
 # (module, "Class.method" or "function", wrapper)
 WrapPoint = tuple[str, str, Any]
@@ -39,18 +45,25 @@ NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT = (
 )
 
 
-def _framework_of(cls: type) -> Any:
-    """``cls``'s entry of the framework registry, or None."""
-    from .frameworks import FRAMEWORKS
+def _framework_of(cls: type) -> Framework:
+    """``cls``'s entry of the framework registry (or its nearest registered base class's)."""
+    by_instrumentor = {framework.instrumentor: framework for framework in FRAMEWORKS}
+    for klass in cls.__mro__:
+        framework = by_instrumentor.get(f"{klass.__module__}:{klass.__qualname__}")
+        if framework is not None:
+            return framework
+    raise LookupError(f"{cls.__qualname__} has no entry in otel_handoff.core.frameworks.FRAMEWORKS")
 
-    path = f"{cls.__module__}:{cls.__qualname__}"
-    return next((framework for framework in FRAMEWORKS if framework.instrumentor == path), None)
 
-
-def _framework_modules(cls: type) -> tuple[str, ...]:
-    """The modules whose import means the app uses ``cls``'s framework (the framework registry)."""
-    framework = _framework_of(cls)
-    return framework.modules if framework is not None else ()
+def _installed(modules: tuple[str, ...]) -> bool:
+    """Can any of ``modules`` be imported? Found without importing it (its parent package is)."""
+    for module in modules:
+        try:
+            if importlib.util.find_spec(module) is not None:
+                return True
+        except (ImportError, ValueError):  # its parent package is not installed
+            continue
+    return False
 
 
 def _warn_if_nothing_exports() -> None:
@@ -63,18 +76,89 @@ def _warn_if_nothing_exports() -> None:
         logging.getLogger("otel_handoff").warning(NO_SDK_UNDER_OPENTELEMETRY_INSTRUMENT)
 
 
-class HandoffInstrumentor(BaseInstrumentor):
-    """Counts as instrumented only when ``_instrument()`` wrapped something.
+class Installed(NamedTuple):
+    """What :meth:`HandoffInstrumentor.detect` finds of a framework that needs no more than its version."""
 
-    ``opentelemetry-instrument`` calls every entry point of an installed distribution, and a
-    framework may be absent or refused: then nothing is wrapped, and a later ``instrument()``
-    (once the framework is there) must not be turned away as "already instrumented".
+    version: str
+
+
+class TelemetryParts(NamedTuple):
+    """What every framework's telemetry starts with, in ``HandoffTelemetry``'s order."""
+
+    tracer: trace.Tracer
+    metrics: HandoffMetrics
+    static_attributes: dict[str, Any]
+
+
+class HandoffInstrumentor(BaseInstrumentor):
+    """The instrumentor skeleton: a framework's instrumentor declares only what is its own.
+
+    Declared: ``package`` (its ``package.py``: ``_instruments``, ``TESTED``, ``NEWEST_TESTED``),
+    ``release`` (the distribution as log lines name it), ``untraced`` (what a refused release leaves
+    untraced), :meth:`make_telemetry` and :meth:`wrap_points`; where needed :meth:`detect`,
+    :meth:`missing`, :meth:`after_instrument`, :meth:`before_uninstrument`. Its registry entry
+    (``core/frameworks.py``) says which modules mean it is installed and what its spans call it.
+
+    Counts as instrumented only when something was wrapped: ``opentelemetry-instrument`` calls
+    every entry point of an installed distribution, and a framework may be absent or refused; a
+    later ``instrument()`` (once the framework is there) must not be turned away as "already
+    instrumented".
     """
 
+    package: ModuleType  # its package.py; a class attribute, as those below
+    release: ClassVar[str]  # "livekit-agents"
+    untraced: ClassVar[str]  # "handoffs are"
+    # releases traced apart, each all or nothing, under one instrumentor (AG2's classic group chats
+    # and its workflow channels): each declared as an instrumentor of its own
+    parts: ClassVar[tuple[type[HandoffInstrumentor], ...]] = ()
+
+    # the telemetry of what is instrumented, kept for uninstrument()
+    _telemetry: Any = None
     # (module, name, defined on the owner itself rather than inherited) of every wrap point in place
     _wrapped: tuple[tuple[str, str, bool], ...] = ()
     # set while instrumentation waits for the app to import the framework (see instrument())
     _pending: object | None = None
+
+    @property
+    def tested(self) -> str:
+        """The releases the version matrix passes, named in log lines."""
+        return self.package.TESTED
+
+    @property
+    def newest_tested(self) -> str:
+        """Newer releases are instrumented with one info line."""
+        return self.package.NEWEST_TESTED
+
+    # --- what a framework declares ---------------------------------------------------------
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return self.package._instruments
+
+    def detect(self) -> Any:
+        """What the installed release offers, read once: its features with their ``version``, or
+        :class:`Installed`; None when it is not installed."""
+        return Installed(importlib.metadata.version(self.release))
+
+    def missing(self) -> list[str]:
+        """What the release lacks of what the wrappers rely on beside the wrap points (its shapes).
+        Anything, or a module or class it reads gone: nothing is wrapped (all or nothing)."""
+        return []
+
+    def make_telemetry(self, parts: TelemetryParts, features: Any) -> HandoffTelemetry:
+        """What the framework's wrappers share, built from ``parts`` and :meth:`detect`'s features."""
+        raise NotImplementedError
+
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        """Every (module, "Class.method" or "function", wrapper) to wrap, all or none."""
+        raise NotImplementedError
+
+    def after_instrument(self, telemetry: Any) -> None:
+        """Extras once every point is wrapped (a log filter, a hook on a later import)."""
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        """Undo the extras and let go of what is open; ``telemetry.enabled`` is False already."""
+
+    # --- the skeleton ----------------------------------------------------------------------
 
     def instrument(self, **kwargs: Any) -> Any:
         """Instrument now if the app has imported the framework, else when it does.
@@ -83,8 +167,8 @@ class HandoffInstrumentor(BaseInstrumentor):
         framework; importing each (seconds of start-up, their banners) for an app that uses one
         would be ours to pay. A post-import hook (wrapt's) waits for the app's own import instead.
         """
-        modules = _framework_modules(type(self))
-        if modules and not any(module in sys.modules for module in modules):
+        modules = _framework_of(type(self)).modules
+        if not any(module in sys.modules for module in modules):
             self._instrument_when_imported(modules, kwargs)
             return None
         result = super().instrument(**kwargs)
@@ -98,7 +182,7 @@ class HandoffInstrumentor(BaseInstrumentor):
     def _in_place(cls) -> bool:
         """Is anything of ours in place (wrap points; an instrumentor observing through a hook
         of the framework's says so itself)?"""
-        return bool(cls._wrapped)
+        return bool(cls._wrapped) or any(part._in_place() for part in cls.parts)
 
     def _instrument_when_imported(self, modules: tuple[str, ...], kwargs: dict[str, Any]) -> None:
         cls = type(self)
@@ -118,35 +202,58 @@ class HandoffInstrumentor(BaseInstrumentor):
         for module in modules:
             register_post_import_hook(on_import, module)
 
+    def _instrument(self, **kwargs: Any) -> None:
+        framework = _framework_of(type(self))
+        if not _installed(framework.modules):
+            return  # not installed (opentelemetry-instrument calls every entry point): not a problem
+        scope = type(self).__module__  # the framework's package
+        # made once, when the first release passes its checks; the parts share it
+        tracer_and_metrics = functools.cache(functools.partial(self.telemetry_parts, scope, kwargs))
+        for instrumentor in [part() for part in self.parts] or [self]:
+            instrumentor._instrument_release(framework, tracer_and_metrics)
+
+    def _instrument_release(
+        self, framework: Framework, tracer_and_metrics: Callable[[], tuple[trace.Tracer, HandoffMetrics]]
+    ) -> None:
+        features = self.detect()
+        if features is None or self._refused(features.version):
+            return
+        static_attributes = self.static_attributes(framework.span_framework, features.version)
+        telemetry = self.make_telemetry(TelemetryParts(*tracer_and_metrics(), static_attributes), features)
+        if self._wrap_all(self.wrap_points(telemetry), features.version):
+            type(self)._telemetry = telemetry
+            self.after_instrument(telemetry)
+
     def uninstrument(self, **kwargs: Any) -> Any:
         if type(self)._pending is not None:  # never instrumented: only stop waiting
             type(self)._pending = None
             return None
         result = super().uninstrument(**kwargs)
-        framework = _framework_of(type(self))
-        if framework is not None:
-            end_open_roots(framework.span_framework)  # nothing of ours stays open
+        end_open_roots(_framework_of(type(self)).span_framework)  # nothing of ours stays open
         return result
 
-    def wrap_all(
-        self,
-        points: list[WrapPoint],
-        *,
-        release: str,
-        version: str,
-        tested: str,
-        newest_tested: str,
-        what: str,
-    ) -> bool:
+    def _uninstrument(self, **kwargs: Any) -> None:
+        for part in self.parts:
+            part()._uninstrument()
+        cls = type(self)
+        telemetry = cls._telemetry
+        if telemetry is not None:
+            telemetry.enabled = False  # a wrapper still referenced somewhere now passes straight through
+            self.before_uninstrument(telemetry)
+            # classes only known at run time, wrapped on first sight (wrap_where_defined)
+            unwrap_each(getattr(telemetry, "lazily_wrapped", []))
+        self.unwrap_all()
+        cls._telemetry = None
+
+    def _wrap_all(self, points: list[WrapPoint], version: str) -> bool:
         """Wrap every point or none (all or nothing); one log line when refused or untested.
 
-        ``release`` names the distribution (``"livekit-agents"``), ``what`` what goes untraced
-        when a point is missing (``"handoffs are"``). A method a class inherits is wrapped on
-        that class only, and removed again (not pinned) by :meth:`unwrap_all`.
+        A method a class inherits is wrapped on that class only, and removed again (not pinned) by
+        :meth:`unwrap_all`.
         """
         missing = missing_wrap_points(points)
         if missing:
-            self.refuse(release=release, version=version, missing=missing, what=what, tested=tested)
+            self._refuse(version, missing)
             return False
         done: list[tuple[str, str, bool]] = []
         try:
@@ -160,44 +267,39 @@ class HandoffInstrumentor(BaseInstrumentor):
             report("instrument()", exc)
             return False
         type(self)._wrapped += tuple(done)
-        self.note_if_untested(release=release, version=version, tested=tested, newest_tested=newest_tested)
-        return True
-
-    def note_if_untested(self, *, release: str, version: str, tested: str, newest_tested: str) -> None:
-        """One info line when the release is newer than the ones tested (and every check held)."""
-        if Version(version) > Version(newest_tested):
+        if Version(version) > Version(self.newest_tested):
             logging.getLogger(type(self).__module__).info(
                 "otel-handoff: %s %s is newer than the releases tested (%s); every wrap point and "
                 "feature check held, so it is instrumented.",
-                release,
+                self.release,
                 version,
-                tested,
+                self.tested,
             )
+        return True
 
-    def refused(self, check: Any, *, release: str, version: str, what: str, tested: str) -> bool:
-        """Run ``check()`` (the release's missing shapes, as a list); refuse when it finds any, or
-        when a module or class it reads moved. True when refused (all or nothing)."""
+    def _refused(self, version: str) -> bool:
+        """Refuse when :meth:`missing` finds anything, or a module or class it reads moved."""
         try:
-            missing = check()
+            missing = self.missing()
         except (ImportError, AttributeError) as exc:
             missing = [str(getattr(exc, "name", None) or exc)]
         if missing:
-            self.refuse(release=release, version=version, missing=missing, what=what, tested=tested)
+            self._refuse(version, missing)
         return bool(missing)
 
-    def refuse(self, *, release: str, version: str, missing: list[str], what: str, tested: str) -> None:
+    def _refuse(self, version: str, missing: list[str]) -> None:
         """The one line saying a release lacks what we wrap, so it is left alone."""
         logging.getLogger(type(self).__module__).error(
             "otel-handoff: %s %s lacks %s; %s not traced. Install a tested release (%s).",
-            release,
+            self.release,
             version,
             ", ".join(missing),
-            what,
-            tested,
+            self.untraced,
+            self.tested,
         )
 
     def unwrap_all(self) -> None:
-        """Undo every wrap point :meth:`wrap_all` put in place."""
+        """Undo every wrap point :meth:`_wrap_all` put in place."""
         cls = type(self)
         wrapped, cls._wrapped = cls._wrapped, ()
         _unwrap(wrapped)

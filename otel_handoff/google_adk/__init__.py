@@ -25,14 +25,11 @@ text), instructions, contents or tool arguments.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
-from collections.abc import Collection
 from typing import Any
 
-from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, unwrap_each
-from .package import NEWEST_TESTED, TESTED, _instruments
+from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from . import package
 
 __all__ = ["GoogleADKHandoffInstrumentor"]
 
@@ -42,7 +39,7 @@ _PLUGINS = "google.adk.plugins.plugin_manager"
 _TRANSFER_DELAY_AT = ("google.adk.live._flow_utils", "google.adk.flows.llm_flows.base_llm_flow")
 
 
-def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     import functools
 
     from . import _wrappers as w
@@ -121,48 +118,20 @@ def transfer_delay() -> float | None:
 class GoogleADKHandoffInstrumentor(HandoffInstrumentor):
     """Traces Google ADK transfers (google-adk 1.39.1 and later), text runs and live sessions."""
 
-    _telemetry: Any = None
+    package = package
+    release = "google-adk"
+    untraced = "its transfers are"
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+    def missing(self) -> list[str]:
+        return shape_problems()
 
-    def _instrument(self, **kwargs: Any) -> None:
-        try:
-            if importlib.util.find_spec("google.adk") is None:
-                return  # not installed: nothing to trace
-        except ImportError:  # no google namespace at all
-            return
-        from importlib.metadata import version
-
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from ._transfer import AdkTelemetry
 
-        installed = version("google-adk")
-        what = "its transfers are"
-        if self.refused(shape_problems, release="google-adk", version=installed, what=what, tested=TESTED):
-            return
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = AdkTelemetry(
-            tracer,
-            metrics,
-            self.static_attributes(sc.FRAMEWORK_GOOGLE_ADK, installed),
-            transfer_delay=transfer_delay(),
-        )
-        if self.wrap_all(
-            _wrap_points(telemetry),
-            release="google-adk",
-            version=installed,
-            tested=TESTED,
-            newest_tested=NEWEST_TESTED,
-            what=what,
-        ):
-            type(self)._telemetry = telemetry
+        return AdkTelemetry(*parts, transfer_delay=transfer_delay())
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        cls = type(self)
-        telemetry = cls._telemetry
-        if telemetry is not None:
-            telemetry.enabled = False
-            telemetry.runs.clear()
-            unwrap_each(telemetry.lazily_wrapped)
-        self.unwrap_all()
-        cls._telemetry = None
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        telemetry.runs.clear()

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import register_post_import_hook, wrap_function_wrapper
 
-from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor
-from .package import NEWEST_TESTED, TESTED, _instruments
+from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from . import package
 
 __all__ = ["LangGraphHandoffInstrumentor"]
 
@@ -48,7 +46,7 @@ _SUPERVISOR = "langgraph_supervisor.supervisor"
 _HANDBACK = "create_handoff_back_messages"
 
 
-def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     from . import _wrappers as w
 
     return [
@@ -89,54 +87,36 @@ def feature_problems() -> list[str]:
 class LangGraphHandoffInstrumentor(HandoffInstrumentor):
     """Traces LangGraph handoffs (langgraph 1.1.5 and later), sync and async."""
 
-    _telemetry: Any = None
+    package = package
+    release = "langgraph"
+    untraced = "its handoffs are"
     _handback: Any = None  # the post-import hook's token while it waits for langgraph-supervisor
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+    def missing(self) -> list[str]:
+        return feature_problems()
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("langgraph") is None:
-            return  # not installed: nothing to trace
-        from importlib.metadata import version
-
-        installed = version("langgraph")
-        what = "its handoffs are"
-        if self.refused(feature_problems, release="langgraph", version=installed, what=what, tested=TESTED):
-            return
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from langgraph.errors import GraphBubbleUp
         from langgraph.types import Command, Send
 
         from ._handoffs import GraphTelemetry
 
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = GraphTelemetry(
-            tracer,
-            metrics,
-            self.static_attributes(sc.FRAMEWORK_LANGGRAPH, installed),
+        return GraphTelemetry(
+            *parts,
             parent_marker=Command.PARENT,
             command_type=Command,
             send_type=Send,
             bubble_types=(GraphBubbleUp,),
         )
-        if not self.wrap_all(
-            _wrap_points(telemetry),
-            release="langgraph",
-            version=installed,
-            tested=TESTED,
-            newest_tested=NEWEST_TESTED,
-            what=what,
-        ):
-            return
-        cls = type(self)
-        cls._telemetry = telemetry
-        self._wrap_handback_when_imported(telemetry)
 
-    @classmethod
-    def _wrap_handback_when_imported(cls, telemetry: Any) -> None:
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def after_instrument(self, telemetry: Any) -> None:
         """langgraph-supervisor's hand-back, wrapped when the app imports it (if ever)."""
         if importlib.util.find_spec("langgraph_supervisor") is None:
             return
+        cls = type(self)
         token = cls._handback = object()
 
         def on_import(module: Any) -> None:
@@ -158,13 +138,7 @@ class LangGraphHandoffInstrumentor(HandoffInstrumentor):
 
         register_post_import_hook(on_import, _SUPERVISOR)
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        cls = type(self)
-        cls._handback = None
-        telemetry = cls._telemetry
-        if telemetry is not None:
-            telemetry.enabled = False
-            if telemetry.handback_wrapped is not None:
-                unwrap(telemetry.handback_wrapped, _HANDBACK)
-        self.unwrap_all()
-        cls._telemetry = None
+    def before_uninstrument(self, telemetry: Any) -> None:
+        type(self)._handback = None
+        if telemetry.handback_wrapped is not None:
+            unwrap(telemetry.handback_wrapped, _HANDBACK)

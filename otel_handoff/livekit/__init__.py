@@ -14,17 +14,12 @@ wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_ente
 from __future__ import annotations
 
 import functools
-import importlib.util
 import logging
-from collections.abc import Collection
 from typing import Any
 
 from ..core import schema as sc
-from ..core.instrumentor import HandoffInstrumentor, unwrap_each
-from . import _features, _wrappers
-from .package import NEWEST_TESTED, TESTED, _instruments
-
-_LOG = logging.getLogger(__name__)
+from ..core.instrumentor import HandoffInstrumentor, TelemetryParts, WrapPoint
+from . import _features, _wrappers, package
 
 _SESSION_MODULE = "livekit.agents.voice.agent_session"
 _ACTIVITY_MODULE = "livekit.agents.voice.agent_activity"
@@ -44,7 +39,7 @@ _LIVEKIT_LOGGER = "livekit.agents"  # where the tool executor logs a refused han
 __all__ = ["LiveKitHandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
     """(module, "Class.method", wrapper) for everything this release lets us patch."""
     features = telemetry.features
 
@@ -105,43 +100,28 @@ def _its_stt(stream: Any) -> Any:
 class LiveKitHandoffInstrumentor(HandoffInstrumentor):
     """Traces LiveKit Agents handoffs (livekit-agents 1.2.18 and later)."""
 
-    _telemetry: _wrappers.LiveKitTelemetry | None = None
+    package = package
+    release = "livekit-agents"
+    untraced = "handoffs are"
     _rejection_log: logging.Filter | None = None
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+    def detect(self) -> _features.LiveKitFeatures:
+        return _features.detect()
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("livekit") is None or importlib.util.find_spec("livekit.agents") is None:
-            return  # not installed (opentelemetry-instrument calls every entry point): not a problem
-        features = _features.detect()
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = _wrappers.LiveKitTelemetry(
-            tracer=tracer,
-            metrics=metrics,
-            features=features,
-            static_attributes=self.static_attributes(sc.FRAMEWORK_LIVEKIT, features.version),
-        )
-        if not self.wrap_all(
-            _wrap_points(telemetry),
-            release="livekit-agents",
-            version=features.version,
-            tested=TESTED,
-            newest_tested=NEWEST_TESTED,
-            what="handoffs are",
-        ):
-            return
-        type(self)._telemetry = telemetry
-        if features.tool_handoff_after_update == "rejected":
+    def make_telemetry(
+        self, parts: TelemetryParts, features: _features.LiveKitFeatures
+    ) -> _wrappers.LiveKitTelemetry:
+        return _wrappers.LiveKitTelemetry(*parts, features=features)
+
+    def wrap_points(self, telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def after_instrument(self, telemetry: _wrappers.LiveKitTelemetry) -> None:
+        if telemetry.features.tool_handoff_after_update == "rejected":
             self._rejection_log = _wrappers.RejectedHandoffLog(telemetry)
             logging.getLogger(_LIVEKIT_LOGGER).addFilter(self._rejection_log)
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        self.unwrap_all()
+    def before_uninstrument(self, telemetry: _wrappers.LiveKitTelemetry) -> None:
         if self._rejection_log is not None:
             logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
             self._rejection_log = None
-        telemetry = type(self)._telemetry
-        if telemetry is not None:
-            unwrap_each(telemetry.lazily_wrapped)
-            type(self)._telemetry = None

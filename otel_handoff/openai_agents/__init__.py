@@ -24,15 +24,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
-from collections.abc import Collection
 from typing import Any
 
-from ..core import schema as sc
 from ..core.faults import guard
-from ..core.instrumentor import HandoffInstrumentor, unwrap_each
-from .package import NEWEST_TESTED, TESTED, _instruments
+from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from . import package
 
 __all__ = ["OpenAIAgentsHandoffInstrumentor"]
 
@@ -42,7 +39,7 @@ _RUN_LOOP = "agents.run_internal.run_loop"
 _SESSION = "agents.realtime.session"
 
 
-def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     from . import _wrappers as w
 
     with_telemetry = functools.partial
@@ -119,49 +116,24 @@ def shape_problems() -> list[str]:
 class OpenAIAgentsHandoffInstrumentor(HandoffInstrumentor):
     """Traces OpenAI Agents SDK handoffs (openai-agents 0.21.0 and later), text and realtime."""
 
-    _telemetry: Any = None
+    package = package
+    release = "openai-agents"
+    untraced = "its handoffs are"
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+    def missing(self) -> list[str]:
+        return shape_problems()
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("agents") is None:
-            return  # not installed: nothing to trace
-        from importlib.metadata import version
-
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from agents.lifecycle import AgentHooksBase, RunHooksBase
 
         from ._text import AgentsTelemetry
 
-        installed = version("openai-agents")
-        what = "its handoffs are"
-        if self.refused(shape_problems, release="openai-agents", version=installed, what=what, tested=TESTED):
-            return
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = AgentsTelemetry(
-            tracer,
-            metrics,
-            self.static_attributes(sc.FRAMEWORK_OPENAI_AGENTS, installed),
-            default_hooks=(RunHooksBase.on_handoff, AgentHooksBase.on_handoff),
-        )
-        if self.wrap_all(
-            _wrap_points(telemetry),
-            release="openai-agents",
-            version=installed,
-            tested=TESTED,
-            newest_tested=NEWEST_TESTED,
-            what=what,
-        ):
-            type(self)._telemetry = telemetry
+        return AgentsTelemetry(*parts, default_hooks=(RunHooksBase.on_handoff, AgentHooksBase.on_handoff))
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        cls = type(self)
-        telemetry = cls._telemetry
-        if telemetry is not None:
-            telemetry.enabled = False
-            for state in list(telemetry.sessions.values()):
-                guard("uninstrument()", state.close)
-            telemetry.sessions.clear()
-            unwrap_each(telemetry.lazily_wrapped)
-        self.unwrap_all()
-        cls._telemetry = None
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        for state in list(telemetry.sessions.values()):
+            guard("uninstrument()", state.close)
+        telemetry.sessions.clear()

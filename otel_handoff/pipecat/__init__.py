@@ -18,18 +18,15 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import sys
 import time
 import warnings
-from collections.abc import Collection
 from typing import Any
 
-from ..core import schema as sc
 from ..core.attribution import AttributedWarnings, attributed_warn_helper
 from ..core.faults import guard
-from ..core.instrumentor import HandoffInstrumentor
-from .package import NEWEST_TESTED, TESTED, _instruments
+from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from . import package
 
 _MANAGER = "pipecat.flows.manager"
 _TYPES = "pipecat.flows.types"
@@ -37,7 +34,7 @@ _TYPES = "pipecat.flows.types"
 __all__ = ["PipecatFlowsHandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
+def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     from . import _wrappers as w
 
     with_telemetry = functools.partial
@@ -80,53 +77,34 @@ def _wrap_points(telemetry: Any) -> list[tuple[str, str, Any]]:
 class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
     """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
 
-    _telemetry: Any = None
+    package = package
+    release = "pipecat-ai"
+    untraced = "Flows transitions are"
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
-
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("pipecat") is None or importlib.util.find_spec("pipecat.flows") is None:
-            return  # not installed, or a pipecat-ai before Flows moved in: nothing to trace
-        from importlib.metadata import version
-
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from ._observer import observers_join_running_pipelines, source_events_carry_frames
         from ._transition import FlowsTelemetry
 
-        installed = version("pipecat-ai")
-        tracer, metrics = self.telemetry_parts(__name__, kwargs)
-        telemetry = FlowsTelemetry(
-            tracer,
-            metrics,
-            self.static_attributes(sc.FRAMEWORK_PIPECAT, installed),
+        return FlowsTelemetry(
+            *parts,
             observer_on_demand=observers_join_running_pipelines(),
             source_events=source_events_carry_frames(),
         )
-        if self.wrap_all(
-            _wrap_points(telemetry),
-            release="pipecat-ai",
-            version=installed,
-            tested=TESTED,
-            newest_tested=NEWEST_TESTED,
-            what="Flows transitions are",
-        ):
-            type(self)._telemetry = telemetry
-            manager = importlib.import_module(_MANAGER)
-            if getattr(manager, "warnings", None) is warnings:  # Flows' plain warnings.warn calls
-                setattr(manager, "warnings", AttributedWarnings())  # noqa: B010 (a module's global)
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        cls = type(self)
-        telemetry = cls._telemetry
-        if telemetry is not None:
-            telemetry.enabled = False  # an observer not yet removed passes everything by
-            for state in list(telemetry.flows.values()):
-                state.finish(time.time_ns())
-                if state.watch is not None:
-                    guard("uninstrument()", state.watch.detach)  # observers and handlers off the workers
-                    state.watch = None
-        self.unwrap_all()
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _wrap_points(telemetry)
+
+    def after_instrument(self, telemetry: Any) -> None:
+        manager = importlib.import_module(_MANAGER)
+        if getattr(manager, "warnings", None) is warnings:  # Flows' plain warnings.warn calls
+            setattr(manager, "warnings", AttributedWarnings())  # noqa: B010 (a module's global)
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        for state in list(telemetry.flows.values()):
+            state.finish(time.time_ns())
+            if state.watch is not None:
+                guard("uninstrument()", state.watch.detach)  # observers and handlers off the workers
+                state.watch = None
         manager = sys.modules.get(_MANAGER)
         if isinstance(getattr(manager, "warnings", None), AttributedWarnings):
             setattr(manager, "warnings", warnings)  # noqa: B010 (a module's global)
-        cls._telemetry = None
