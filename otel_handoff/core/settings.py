@@ -75,18 +75,17 @@ def first_set(*variables: str) -> tuple[str, str] | None:
     return None
 
 
+def true_or_false(variable: str, default: bool, consequence: str, *, kept: bool = False) -> bool:
+    """A true/false variable, ``default`` when unset; anything else reported once, read as ``default``."""
+    setting = first_set(variable)
+    if setting is None:
+        return default
+    if setting[1].lower() in ("true", "false"):
+        return setting[1].lower() == "true"
+    report_problem(setting[0], f"is {setting[1]!r}", "use true or false", consequence, kept=kept)
+    return default
+
+
 def phase_metrics() -> bool:
     """``OTEL_HANDOFF_PHASE_METRICS``: per-phase metric points, on unless ``false``."""
-    setting = first_set(PHASE_METRICS)
-    if setting is None or setting[1].lower() == "true":
-        return True
-    if setting[1].lower() == "false":
-        return False
-    report_problem(
-        setting[0],
-        f"is {setting[1]!r}",
-        "use true or false",
-        "Read as true: per-phase metric points are recorded",
-        kept=True,
-    )
-    return True
+    return true_or_false(PHASE_METRICS, True, "Read as true: per-phase metric points are recorded", kept=True)

@@ -22,7 +22,7 @@ from opentelemetry.util.re import parse_env_headers
 # Problem, PHASE_METRICS and phase_metrics re-exported for export's and doctor's readers
 from ..core.settings import PHASE_METRICS as PHASE_METRICS
 from ..core.settings import Problem as Problem
-from ..core.settings import first_set, report_problem
+from ..core.settings import first_set, report_problem, true_or_false
 from ..core.settings import phase_metrics as phase_metrics
 
 Signal = Literal["traces", "metrics"]
@@ -68,18 +68,7 @@ EXPORTER_VARIABLE: dict[Signal, str] = {
 
 def sdk_disabled() -> bool:
     """``OTEL_SDK_DISABLED``, read as the SDK reads it (a bad value reported once)."""
-    setting = first_set(env.OTEL_SDK_DISABLED)
-    if setting is None or setting[1].lower() == "false":
-        return False
-    if setting[1].lower() == "true":
-        return True
-    report_problem(
-        setting[0],
-        f"is {setting[1]!r}",
-        "use true or false",
-        "Read as false, as the SDK does: telemetry is on",
-    )
-    return False
+    return true_or_false(env.OTEL_SDK_DISABLED, False, "Read as false, as the SDK does: telemetry is on")
 
 
 def resource(service_name: str | None) -> Resource:
