@@ -361,7 +361,7 @@ def wrap_where_defined(
 
     For classes only known at run time (a plugin's realtime session, a hub subclass, an app's
     realtime model): ``make_wrapper(original)`` gives the wrapper; nothing happens when we wrapped
-    it there already or it is defined on ``unless`` (wrapped by ``wrap_all`` already). Another
+    it there already or it is defined on ``unless`` (wrapped as a wrap point already). Another
     instrumentation's wrapper is wrapped in turn. :func:`unwrap_each` undoes what ``wrapped`` noted.
     """
     owner = next((c for c in cls.__mro__ if name in vars(c)), None)
