@@ -174,6 +174,14 @@ GEN_AI_DEFINED = {
 }
 
 
+# instrumentations that end their spans after ours was made, stamped with an earlier end time
+# (openinference's OpenAI Agents SDK spans, ag2's envelopes): known, said in docs/model.md
+ENDED_LATER_WITH_AN_EARLIER_TIME = (
+    "openinference.instrumentation.openai_agents",
+    "opentelemetry.instrumentation.ag2",
+)
+
+
 class ConventionScan(SpanProcessor):
     """Every span we emit, in every test: one error convention, no made-up gen_ai.* attributes."""
 
@@ -183,12 +191,31 @@ class ConventionScan(SpanProcessor):
         self.violations: list[str] = []
         self._phases: dict[int, list[tuple[int, int]]] = {}  # handoff span id -> its children so far
         self._ended: dict[int, int] = {}  # handoff span id -> its end
+        # span id -> (name, end, has a parent, instrumentation scope)
+        self._any_ended: dict[int, tuple[str, int, bool, str]] = {}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        # a span id seen again (hypothesis seeds `random`, so the SDK's ids repeat across its examples)
+        self._ended.pop(span.context.span_id, None)
+        self._any_ended.pop(span.context.span_id, None)
 
     def on_end(self, span: ReadableSpan) -> None:
         scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
+        self._any_ended[span.context.span_id] = (span.name, span.end_time, span.parent is not None, scope)
         if not scope.startswith("otel_handoff"):
             return
         attributes = span.attributes or {}
+        parent = self._any_ended.get(span.parent.span_id) if span.parent is not None else None
+        # a span of ours ending after its parent is what Jaeger flags (clock skew): where the
+        # parent had ended when ours was made, ours went one level up (core/emit.py); a root
+        # has nothing above it, and some frameworks end theirs later with an earlier time
+        if (
+            parent is not None
+            and span.end_time > parent[1]
+            and parent[2]
+            and not parent[3].startswith(ENDED_LATER_WITH_AN_EARLIER_TIME)
+        ):
+            self.violations.append(f"{span.name}: ends after its parent {parent[0]}")
         self._check_accounting(span, attributes)
         self.violations += [
             f"{span.name}: {key} is not a GenAI semconv attribute"
@@ -231,10 +258,13 @@ class ConventionScan(SpanProcessor):
         gaps += max(0, end - reach)
         reported = attributes.get(sc.UNATTRIBUTED_DURATION)
         self.handoffs_accounted += 1
-        if gaps >= 1_000_000 and (reported is None or abs(reported * 1e9 - gaps) > 1_000):
-            self.violations.append(f"{sc.SPAN_HANDOFF}: {gaps / 1e6:.3f} ms in no phase, reported {reported}")
-        elif gaps < 1_000_000 and reported is not None:
-            self.violations.append(f"{sc.SPAN_HANDOFF}: unattributed {reported} s reported, {gaps} ns found")
+        # phases' own clocks meet to within microseconds (a lock wait and the phase it precedes)
+        slack = 100_000
+        if reported is None:
+            if gaps >= 1_000_000 + slack:
+                self.violations.append(f"{sc.SPAN_HANDOFF}: {gaps / 1e6:.3f} ms in no phase, none reported")
+        elif reported < 0.001 or abs(reported * 1e9 - gaps) > slack:
+            self.violations.append(f"{sc.SPAN_HANDOFF}: {gaps / 1e6:.3f} ms in no phase, {reported} s said")
 
 
 # --- what the app sees of warnings -----------------------------------------------------------------

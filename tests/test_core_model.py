@@ -139,15 +139,16 @@ def test_uninstrument_ends_every_open_root(
 
 # --- what the caller hears ---------------------------------------------------------------------------
 def test_heard_delay_of_a_slower_link_is_what_the_documented_model_gives() -> None:
-    """100 ms round trip, 20 ms jitter, Opus at 20 ms a packet: one packet gathered (20), one way
-    (50), the caller's buffer of two packets (40) and four times the jitter (80)."""
+    """100 ms round trip, 20 ms jitter, Opus at 20 ms a packet: the agent's device frame (10), one
+    packet gathered (20), one way (50), the caller's buffer of two packets (40) and four times the
+    jitter (80), the caller's device frame (10)."""
     from otel_handoff.core.heard import Downlink, attributes, heard_delay
 
     slow = Downlink(
         0.100, 0.020, 3, Downlink.packet_seconds("audio/opus", "minptime=10;useinbandfec=1"), "audio/opus"
     )
-    assert heard_delay(slow) == pytest.approx(0.190)
-    assert attributes(slow)[sc.FIRST_SPEECH_HEARD_DELAY] == pytest.approx(0.190)
+    assert heard_delay(slow) == pytest.approx(0.210)
+    assert attributes(slow)[sc.FIRST_SPEECH_HEARD_DELAY] == pytest.approx(0.210)
     assert attributes(slow)[sc.DOWNLINK_PACKETS_LOST] == 3
     # a link that says 40 ms a packet in its SDP; no receiver report yet: no estimate, no made-up value
     assert Downlink.packet_seconds("audio/opus", "minptime=10;ptime=40") == 0.040
@@ -163,6 +164,7 @@ def test_livekit_statistics_become_a_downlink() -> None:
 
     report = stats_pb2.RtcStats()
     report.remote_inbound_rtp.remote_inbound.round_trip_time = 0.1
+    report.remote_inbound_rtp.remote_inbound.round_trip_time_measurements = 1
     report.remote_inbound_rtp.received.jitter = 0.02
     report.remote_inbound_rtp.received.packets_lost = 2
     codec = stats_pb2.RtcStats()
@@ -171,3 +173,9 @@ def test_livekit_statistics_become_a_downlink() -> None:
     link = downlink([codec, report])
     assert (link.round_trip_time, link.jitter, link.packets_lost) == (0.1, 0.02, 2)
     assert (link.codec, link.packet_duration) == ("audio/opus", 0.020)
+    # before RTCP has measured a round trip (the first seconds of a call): the ICE pair's
+    report.remote_inbound_rtp.remote_inbound.round_trip_time_measurements = 0
+    pair = stats_pb2.RtcStats()
+    pair.candidate_pair.candidate_pair.nominated = True
+    pair.candidate_pair.candidate_pair.current_round_trip_time = 0.03
+    assert downlink([codec, report, pair]).round_trip_time == 0.03

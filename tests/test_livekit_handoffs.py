@@ -88,18 +88,22 @@ async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
     assert child_names(instrumented, handoff) == expected
     assert handoff.kind == trace.SpanKind.INTERNAL
 
-    # same trace as LiveKit's own spans, parented where update_agent() was called,
-    # linked to the function_tool span the tool ran in
+    # same trace as LiveKit's own spans, linked to the function_tool span the tool ran in; the
+    # turn that asked for it ended first, so it sits under the turn's parent, linked to the turn
     [session_span] = instrumented.named("agent_session")
     assert handoff.context.trace_id == session_span.context.trace_id
-    parent = instrumented.by_id(handoff.parent.span_id)
-    assert parent is not None and not parent.name.startswith("agent_handoff")
     [tool_span] = instrumented.named("function_tool")
-    assert [link.context.span_id for link in handoff.links] == [tool_span.context.span_id]
+    tool_link, turn_link = (link.context.span_id for link in handoff.links)
+    assert tool_link == tool_span.context.span_id
+    turn = instrumented.by_id(turn_link)
+    assert turn is not None and turn.end_time < handoff.end_time
+    assert handoff.parent.span_id == turn.parent.span_id
     assert not open_spans.ours()
 
 
-async def test_update_agent_from_code_keeps_caller_span(instrumented: Spans, provider: Any) -> None:
+async def test_update_agent_from_code_links_the_caller_span(instrumented: Spans, provider: Any) -> None:
+    """The app's span around update_agent() ends before the handoff does: the handoff goes under
+    that span's parent (LiveKit's agent_session here), linked to it, never past its parent's end."""
     tracer = provider.get_tracer("app")
     async with running(Triage()) as session:
         with tracer.start_as_current_span("caller") as caller:
@@ -110,9 +114,10 @@ async def test_update_agent_from_code_keeps_caller_span(instrumented: Spans, pro
     [handoff] = instrumented.handoffs()
     attrs = check_schema(handoff)
     assert attrs[sc.TRIGGER] == "api"
-    assert sc.GEN_AI_TOOL_NAME not in attrs and not handoff.links
+    assert sc.GEN_AI_TOOL_NAME not in attrs
+    assert [link.context.span_id for link in handoff.links] == [caller.get_span_context().span_id]
     assert attrs[sc.TO_AGENT_NAME] == Support().label
-    assert handoff.parent.span_id == caller.get_span_context().span_id
+    assert handoff.parent.span_id == caller.parent.span_id
     for child in instrumented.children(handoff):
         assert child.context.trace_id == handoff.context.trace_id
 

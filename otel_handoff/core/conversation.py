@@ -51,17 +51,17 @@ class Conversation:
         self.handoffs += 1
         return self.handoffs
 
-    def parent(self, own: otel_context.Context | None) -> otel_context.Context:
-        """``own`` when the handoff has a parent of its own, else the conversation's root."""
-        if own is not None:
-            return own
-        if self._root is None:
+    def _under_root(self, end_ns: int) -> otel_context.Context:
+        """The conversation's root, for a handoff without a parent of its own that ends at ``end_ns``."""
+        root = self._root
+        if root is None:
             telemetry = self.telemetry
-            self._root = ChatRoot(
+            root = self._root = ChatRoot(
                 telemetry.tracer, telemetry.static_attributes, self.start_ns, self.root_parent
             )
-            end_root_when_gone(self, self._root)
-        return self._root.context()
+            end_root_when_gone(self, root)
+        root.last_ns, root.handoffs = end_ns, self.handoffs  # where it ends if nobody says
+        return root.context()
 
     def emit(
         self, *, start_ns: int, end_ns: int, parent: otel_context.Context | None, **fields: Any
@@ -69,11 +69,9 @@ class Conversation:
         """Emit a handoff of this conversation: under its root unless it has a parent of its own."""
         end_ns = max(end_ns, start_ns)
         fields.setdefault("conversation_id", self.conversation_id)
-        record = HandoffRecord(start_ns=start_ns, end_ns=end_ns, parent=self.parent(parent), **fields)
-        root = self._root
-        if root is not None:
-            root.last_ns, root.handoffs = end_ns, self.handoffs
-        return emit(self.telemetry, record)
+        if parent is None:
+            parent = self._under_root(end_ns)
+        return emit(self.telemetry, HandoffRecord(start_ns=start_ns, end_ns=end_ns, parent=parent, **fields))
 
     def land(
         self, decision: Any, outcome: str, end_ns: int, error: BaseException | None = None, **fields: Any
@@ -108,7 +106,9 @@ class Conversation:
         """The conversation is over: its root, if it has one, ends now, and its spans leave."""
         if self._root is not None:
             self._root.end(self.handoffs, end_ns, error)
-        self.run_ended()
+        if self.handoffs != self._delivered:  # run_ended(), inline: once per conversation
+            self._delivered = self.handoffs
+            delivery.conversation_ended(self.telemetry.tracer)
 
 
 class Conversations:

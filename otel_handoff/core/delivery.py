@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import queue
 import threading
 import time
 import weakref
@@ -52,52 +54,82 @@ def provider_of(tracer: trace.Tracer) -> Any:
 
 
 class _Flusher:
-    """One daemon thread at a time flushes every provider asked for since it last ran."""
+    """One daemon thread of ours flushes the providers asked for, in the order asked.
+
+    Asking costs a conversation's end one put on a C queue (the tracer is resolved to its
+    provider on the thread); the thread starts at the first ask and again in a forked child.
+    """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._wanted: dict[int, Any] = {}
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self.idle = threading.Event()
-        self.idle.set()
+        self._asked = 0  # written by askers only
+        self._done = 0  # written by the thread only
+        self._progress = threading.Condition()
 
-    def request(self, provider: Any) -> None:
-        if not callable(getattr(provider, "force_flush", None)):
-            return  # the API's no-op or proxy provider: nothing is queued anywhere
-        with self._lock:
-            self._wanted[id(provider)] = provider
-            if self._thread is not None:
-                return  # the running thread takes it on its next round
-            self.idle.clear()
-            self._thread = threading.Thread(target=self._run, name="otel-handoff-flush", daemon=True)
-        self._thread.start()
+    def ask(self, item: Any) -> None:
+        """``item``: a tracer (its provider is flushed) or a provider."""
+        self._asked += 1
+        self._queue.put(item)
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        with self._progress:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="otel-handoff-flush", daemon=True)
+                self._thread.start()
 
     def _run(self) -> None:
         while True:
-            with self._lock:
-                wanted, self._wanted = list(self._wanted.values()), {}
-                if not wanted:
-                    self._thread = None
-                    self.idle.set()
-                    return
-            for provider in wanted:
+            batch = [self._queue.get()]
+            while not self._queue.empty():
+                batch.append(self._queue.get())
+            providers = {id(p): p for p in map(_as_provider, batch)}
+            for provider in providers.values():
+                flush = getattr(provider, "force_flush", None)
+                if flush is None:
+                    continue  # the API's no-op or proxy provider: nothing is queued anywhere
                 try:
-                    provider.force_flush()
+                    flush()
                 except Exception as exc:  # the exporter reports its own failures; this is ours
                     _LOG.debug("otel-handoff: flush at the end of a conversation failed: %s", exc)
+            with self._progress:
+                self._done += len(batch)
+                self._progress.notify_all()
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for what was asked so far; True when it is done."""
+        asked = self._asked
+        with self._progress:
+            return self._progress.wait_for(lambda: self._done >= asked, timeout)
+
+
+def _as_provider(item: Any) -> Any:
+    return provider_of(item) if isinstance(item, trace.Tracer) else item
 
 
 _flusher = _Flusher()
 
 
+def _new_flusher_in_child() -> None:
+    """The flush thread does not come along into a forked child: it gets its own."""
+    global _flusher
+    _flusher = _Flusher()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_flusher_in_child)
+
+
 def conversation_ended(tracer: trace.Tracer) -> None:
     """A conversation with a handoff ended: what it left in the batch leaves now, off its thread."""
-    _flusher.request(provider_of(tracer))
+    _flusher.ask(tracer)
 
 
 def flush_pending(timeout: float = EXIT_TIMEOUT_SECONDS) -> bool:
     """Wait up to ``timeout`` seconds for the flushes asked for so far; True when they are done."""
-    return _flusher.idle.wait(timeout)
+    return _flusher.wait(timeout)
 
 
 # --- the process's end ---------------------------------------------------------------------------
@@ -157,7 +189,7 @@ def _run_exits() -> None:
     owned = {id(provider) for _, provider in _exits if provider is not None}
     for provider in (*_providers.values(), trace.get_tracer_provider()):
         if id(provider) not in owned:
-            _flusher.request(provider)
+            _flusher.ask(provider)
     for callback, _ in list(_exits):
         try:
             callback()

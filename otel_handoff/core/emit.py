@@ -13,11 +13,14 @@ exception's type name and never its message, which can quote the conversation; n
 from __future__ import annotations
 
 import asyncio
+import operator
+from itertools import compress
+from operator import is_not
 from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, SpanKind
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, Link, NonRecordingSpan, SpanKind
 
 from . import schema as sc
 from .record import HandoffRecord, PhaseRecord
@@ -25,7 +28,22 @@ from .spans import HandoffTelemetry, set_error
 
 _PHASES = sc.PHASES
 # time between phases shorter than this in all is not worth an attribute on every handoff
-UNATTRIBUTED_REPORTED_NS = 1_000_000
+UNATTRIBUTED_REPORTED_S = 0.001
+# the record's optional fields -> their attribute keys, in the span's attribute order
+_OPTIONAL = (
+    ("from_agent", sc.FROM_AGENT_NAME),
+    ("from_agent_id", sc.FROM_AGENT_ID),
+    ("to_agent", sc.TO_AGENT_NAME),
+    ("to_agent_id", sc.TO_AGENT_ID),
+    ("trigger", sc.TRIGGER),
+    ("kind", sc.KIND),
+    ("tool_name", sc.GEN_AI_TOOL_NAME),
+    ("tool_call_id", sc.GEN_AI_TOOL_CALL_ID),
+    ("conversation_id", sc.GEN_AI_CONVERSATION_ID),
+)
+_OPTIONAL_FIELDS = operator.attrgetter(*(field for field, _ in _OPTIONAL))
+_OPTIONAL_KEYS = tuple(key for _, key in _OPTIONAL)
+_NONES = (None,) * len(_OPTIONAL)
 # phase -> (its span's name, the duration attribute on that span or None when it is on agent_handoff)
 _CHILDREN = {
     spec.name: (spec.span, None if spec.on_handoff_span else spec.duration_attribute)
@@ -60,17 +78,22 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
         # a NoOp tracer provider and NoOp meters (OTEL_SDK_DISABLED, say): nothing to build
         return Emitted(INVALID_SPAN_CONTEXT, parent, parent, False, telemetry.static_attributes)
     attributes, phase_seconds = _attributes(telemetry, record)
+    parent_span = trace.get_current_span(parent)
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
-        _inherit_conversation_id(parent, attributes)
+        _inherit_conversation_id(parent_span, attributes)
+    end_ns = max(record.end_ns, record.start_ns)
+    links = record.links
+    ended = getattr(parent_span, "end_time", None)
+    if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
+        parent, links = _still_open(parent, parent_span, links)
     span = telemetry.tracer.start_span(
         sc.SPAN_HANDOFF,
         context=parent,
         kind=SpanKind.INTERNAL,
         attributes=attributes,
-        links=record.links,
+        links=links,
         start_time=record.start_ns,
     )
-    end_ns = max(record.end_ns, record.start_ns)
     inside = trace.set_span_in_context(span, parent)
     recording = span.is_recording()
     try:
@@ -80,13 +103,8 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
                 set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
-            phases = record.phases
-            for phase in phases:
+            for phase in record.phases:
                 _child(tracer, phase, inside, end_ns)
-            if phases:
-                unattributed = _unattributed_ns(phases, record.start_ns, end_ns)
-                if unattributed >= UNATTRIBUTED_REPORTED_NS:
-                    span.set_attribute(sc.UNATTRIBUTED_DURATION, unattributed / 1e9)
     finally:
         span.end(end_time=end_ns)
     metrics = telemetry.metrics
@@ -116,14 +134,22 @@ def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecor
     spec = _PHASES[phase.name]
     seconds = max(0, phase.end_ns - phase.start_ns) / 1e9
     attributes = {spec.duration_attribute: seconds, sc.FRAMEWORK: emitted.attributes[sc.FRAMEWORK]}
+    conversation_id = emitted.attributes.get(sc.GEN_AI_CONVERSATION_ID)
+    if conversation_id is not None:
+        attributes[sc.GEN_AI_CONVERSATION_ID] = conversation_id
     if phase.attributes:
         attributes.update(phase.attributes)
+    parent, links = emitted.parent, [Link(emitted.span_context)]
+    parent_span = trace.get_current_span(parent)
+    ended = getattr(parent_span, "end_time", None)
+    if ended is not None and ended < phase.end_ns:  # as for the handoff: not past its parent's end
+        parent, links = _still_open(parent, parent_span, links)
     span = telemetry.tracer.start_span(
         spec.span,
-        context=emitted.parent,
+        context=parent,
         kind=SpanKind.INTERNAL,
         attributes=attributes,
-        links=[Link(emitted.span_context)],
+        links=links,
         start_time=phase.start_ns,
     )
     span.end(end_time=max(phase.end_ns, phase.start_ns))
@@ -138,33 +164,20 @@ def _attributes(
     attributes = dict(telemetry.static_attributes)
     attributes[sc.OUTCOME] = record.outcome
     attributes[sc.SEQUENCE] = record.sequence
-    if record.from_agent is not None:
-        attributes[sc.FROM_AGENT_NAME] = record.from_agent
-    if record.from_agent_id is not None:
-        attributes[sc.FROM_AGENT_ID] = record.from_agent_id
-    if record.to_agent is not None:
-        attributes[sc.TO_AGENT_NAME] = record.to_agent
-    if record.to_agent_id is not None:
-        attributes[sc.TO_AGENT_ID] = record.to_agent_id
-    if record.trigger is not None:
-        attributes[sc.TRIGGER] = record.trigger
-    if record.kind is not None:
-        attributes[sc.KIND] = record.kind
-    if record.tool_name is not None:
-        attributes[sc.GEN_AI_TOOL_NAME] = record.tool_name
-    if record.tool_call_id is not None:
-        attributes[sc.GEN_AI_TOOL_CALL_ID] = record.tool_call_id
-    if record.conversation_id is not None:
-        attributes[sc.GEN_AI_CONVERSATION_ID] = record.conversation_id
+    # each optional field that is set (not None; "" is a value), in C: one line of Python per handoff
+    values = _OPTIONAL_FIELDS(record)
+    attributes.update(compress(zip(_OPTIONAL_KEYS, values, strict=True), map(is_not, values, _NONES)))
     if record.attributes:
         attributes.update(record.attributes)
     seconds: dict[str, float] = {}  # several lock waits add up
     work = 0.0
     cut_short = None
+    covered = 0.0  # the phases' own time, nested ones aside: the union of their spans if none overlap
     for phase in record.phases:
         end_ns = phase.end_ns
-        if not end_ns:
-            continue  # still running when the handoff ended: its span ends with it, no duration
+        if not end_ns:  # still running when the handoff ended: its span ends with it, no duration
+            covered += max(0, record.end_ns - phase.start_ns) / 1e9
+            continue
         own = phase.own_ns
         value = max(0, (end_ns - phase.start_ns) if own is None else own) / 1e9
         name = phase.name
@@ -172,10 +185,19 @@ def _attributes(
         attribute, is_work, is_after = _ROLES[name]
         if attribute is not None:
             attributes[attribute] = total
-        if is_work:
-            work += value
-        if is_after and isinstance(phase.error, asyncio.CancelledError):
-            cut_short = name  # cut short: not a duration of that phase, left out of the metric
+            covered += value
+            if is_work:
+                work += value
+        elif is_after:
+            covered += value
+            if isinstance(phase.error, asyncio.CancelledError):
+                cut_short = name  # cut short: not a duration of that phase, left out of the metric
+    if record.phases:
+        # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested
+        # in it): what they do not cover is the span's time less theirs (tests/support.py checks)
+        unattributed = (record.end_ns - record.start_ns) / 1e9 - covered
+        if unattributed >= UNATTRIBUTED_REPORTED_S:
+            attributes[sc.UNATTRIBUTED_DURATION] = unattributed
     attributes[sc.DURATION] = record.duration if record.duration is not None else work
     if cut_short is not None:
         del seconds[cut_short]
@@ -193,18 +215,6 @@ def _never_records(tracer: trace.Tracer) -> bool:
     if type(tracer) is trace.ProxyTracer:  # its delegate: NoOp until a provider is set
         tracer = getattr(tracer, "_tracer", tracer)
     return type(tracer) is trace.NoOpTracer
-
-
-def _unattributed_ns(phases: list[PhaseRecord], start_ns: int, end_ns: int) -> int:
-    """The time of the handoff that no phase covers (the event loop running other work)."""
-    gaps = 0
-    reach = start_ns
-    for start, end in sorted([(phase.start_ns, phase.end_ns or end_ns) for phase in phases]):
-        if start > reach:
-            gaps += min(start, end_ns) - reach
-        if end > reach:
-            reach = end
-    return gaps + end_ns - reach if end_ns > reach else gaps
 
 
 def _child(
@@ -232,9 +242,22 @@ def _child(
     span.end(end_time=phase.end_ns or end_ns)
 
 
-def _inherit_conversation_id(parent: otel_context.Context, attributes: dict[str, Any]) -> None:
+def _still_open(
+    parent: otel_context.Context, parent_span: Any, links: list[Link] | None
+) -> tuple[otel_context.Context, list[Link]]:
+    """A handoff outlives the span it was requested in (LiveKit's ``agent_turn``, an app's span
+    around ``update_agent()``): a child ending after its parent is what Jaeger flags, so it goes
+    under that span's own parent, linked to it. A root stays where it is."""
+    above = getattr(parent_span, "parent", None)
+    if above is None or not above.is_valid:
+        return parent, links or []
+    link = Link(parent_span.get_span_context())
+    return trace.set_span_in_context(NonRecordingSpan(above), parent), [*(links or ()), link]
+
+
+def _inherit_conversation_id(parent_span: trace.Span, attributes: dict[str, Any]) -> None:
     """The ``gen_ai.conversation.id`` the app (or the framework) already put on the parent span."""
-    found = getattr(trace.get_current_span(parent), "attributes", None)
+    found = getattr(parent_span, "attributes", None)
     value = found.get(sc.GEN_AI_CONVERSATION_ID) if found else None
     if isinstance(value, str) and value:
         attributes[sc.GEN_AI_CONVERSATION_ID] = value

@@ -57,7 +57,11 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instruments=("livekit-agents>=1.2.18",),
         distributions=("livekit-agents",),
         modules=("livekit.agents",),
-        starts_at=(("livekit.agents.voice.agent_session", "AgentSession.start"),),
+        # a job's context first: LiveKit starts the job's root span (job_entrypoint) before any session
+        starts_at=(
+            ("livekit.agents.job", "JobContext.__init__"),
+            ("livekit.agents.voice.agent_session", "AgentSession.start"),
+        ),
         demo_module="livekit.agents",
         span_framework="livekit-agents",
         duration="the sum of the work phases (no waits, no on_enter)",

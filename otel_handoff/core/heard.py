@@ -19,6 +19,9 @@ from . import schema as sc
 # RFC 7587: an Opus RTP packet carries 20 ms unless the SDP's ptime says otherwise
 _DEFAULT_PACKET_SECONDS = {"audio/opus": 0.020, "audio/pcmu": 0.020, "audio/pcma": 0.020, "audio/g722": 0.020}
 _PTIME = re.compile(r"(?:^|;)\s*ptime=(\d+)")
+# WebRTC moves audio in 10 ms frames at both ends: the sender's device captures one, the
+# receiver's plays one out (libwebrtc's fixed audio frame, not a property of the link)
+_DEVICE_FRAME_SECONDS = 0.010
 # the receiver's jitter buffer: a packet being received and one in hand before playout starts
 # (libwebrtc's NetEq at low jitter), plus a margin of four times the jitter it measures
 _BUFFERED_PACKETS = 2
@@ -29,7 +32,7 @@ _JITTER_MARGIN = 4
 class Downlink:
     """What the agent's side reports of the way its audio takes to the caller."""
 
-    round_trip_time: float | None  # seconds, from RTCP receiver reports; None before the first one
+    round_trip_time: float | None  # seconds: RTCP receiver reports, else the ICE pair's; None: unknown
     jitter: float | None  # seconds, interarrival jitter the receiver reports
     packets_lost: int | None
     packet_duration: float | None  # seconds of audio per RTP packet
@@ -48,13 +51,15 @@ def heard_delay(link: Downlink) -> float | None:
     """Seconds from the agent's capture of a frame to the caller hearing it, or None when the
     statistics do not say enough (no receiver report yet, an unknown codec).
 
-    One packet's worth of audio is gathered before it is sent; the network takes half the round
-    trip one way; the caller's jitter buffer holds two packets plus four times the jitter.
+    The agent's device frame (10 ms) is captured; one packet's worth of audio is gathered before
+    it is sent; the network takes half the round trip one way; the caller's jitter buffer holds
+    two packets plus four times the jitter; the caller's device plays a 10 ms frame out.
     """
     packet, rtt = link.packet_duration, link.round_trip_time
     if packet is None or rtt is None:
         return None
-    return packet + rtt / 2 + _BUFFERED_PACKETS * packet + _JITTER_MARGIN * (link.jitter or 0.0)
+    buffered = _BUFFERED_PACKETS * packet + _JITTER_MARGIN * (link.jitter or 0.0)
+    return _DEVICE_FRAME_SECONDS + packet + rtt / 2 + buffered + _DEVICE_FRAME_SECONDS
 
 
 def attributes(link: Downlink) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 import weakref
 from dataclasses import dataclass
@@ -42,7 +43,6 @@ class ChatRoot:
     """
 
     __slots__ = (
-        "__weakref__",
         "_context",
         "_parent",
         "_span",
@@ -51,6 +51,7 @@ class ChatRoot:
         "_tracer",
         "handoffs",
         "last_ns",
+        "watch",
     )
 
     def __init__(
@@ -68,10 +69,11 @@ class ChatRoot:
         self._context: otel_context.Context | None = None
         self.last_ns = start_ns  # the end of its last handoff: when it ends if nobody says
         self.handoffs = 0  # its conversation's count then
+        self.watch: weakref.ref[Any] | None = None  # its conversation, ending it when collected
 
     def context(self) -> otel_context.Context:
         if self._context is None:
-            _OPEN_ROOTS.add(self)
+            _OPEN_ROOTS[id(self)] = self
             self._span = self._tracer.start_span(
                 sc.SPAN_CHAT,
                 context=self._parent,
@@ -89,22 +91,25 @@ class ChatRoot:
         span, self._span, self._context = self._span, None, None
         if span is None:
             return
-        _OPEN_ROOTS.discard(self)
+        _OPEN_ROOTS.pop(id(self), None)
+        self.watch = None  # ended: nothing to do when its conversation goes
         span.set_attribute(sc.CHAT_HANDOFFS, handoffs)
         if error is not None:
             set_error(span, error)
         span.end(end_time=end_ns)
 
 
-_OPEN_ROOTS: weakref.WeakSet[ChatRoot] = weakref.WeakSet()
+# the roots started and not ended, by id: uninstrument() ends them; an open root keeps the
+# weak reference to its conversation alive, whose callback ends it when the conversation goes
+_OPEN_ROOTS: dict[int, ChatRoot] = {}
 
 
 def end_root_when_gone(conversation: Any, root: ChatRoot) -> None:
     """End ``root`` at its last handoff when ``conversation`` is collected without an end."""
-    weakref.finalize(conversation, _end_gone, root)
+    root.watch = weakref.ref(conversation, functools.partial(_end_gone, root))
 
 
-def _end_gone(root: ChatRoot) -> None:
+def _end_gone(root: ChatRoot, _: weakref.ref[Any]) -> None:
     try:
         root.end(root.handoffs, root.last_ns)
     except Exception as exc:  # at collection: nobody to raise to
@@ -116,6 +121,6 @@ def _end_gone(root: ChatRoot) -> None:
 def end_open_roots(framework: str) -> None:
     """``uninstrument()``: every root of ``framework`` still open ends now; none stays open."""
     now = time.time_ns()
-    for root in list(_OPEN_ROOTS):
+    for root in list(_OPEN_ROOTS.values()):
         if root._static.get(sc.FRAMEWORK) == framework:
             root.end(root.handoffs, max(now, root.last_ns))

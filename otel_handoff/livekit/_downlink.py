@@ -41,14 +41,16 @@ async def read_downlink(track: Any) -> Downlink | None:
 
 
 def downlink(stats: Any) -> Downlink:
-    """A :class:`Downlink` from livekit-rtc's ``RtcStats`` list (``remote_inbound_rtp``, ``codec``)."""
-    rtt = jitter = lost = None
+    """A :class:`Downlink` from livekit-rtc's ``RtcStats`` list: the receiver's reports of the
+    published track (``remote_inbound_rtp``), its ``codec``; the round trip from RTCP once it has
+    measured one, else from the connection's ICE pair (measured when the call connected)."""
+    rtt = ice_rtt = jitter = lost = None
     codec = fmtp = None
     for item in stats:
         kind = item.WhichOneof("stats")
         if kind == "remote_inbound_rtp":
             report = item.remote_inbound_rtp
-            if report.remote_inbound.HasField("round_trip_time"):
+            if report.remote_inbound.round_trip_time_measurements:
                 rtt = report.remote_inbound.round_trip_time
             if report.received.HasField("jitter"):
                 jitter = report.received.jitter
@@ -56,4 +58,10 @@ def downlink(stats: Any) -> Downlink:
                 lost = report.received.packets_lost
         elif kind == "codec" and item.codec.codec.mime_type.lower().startswith("audio/"):
             codec, fmtp = item.codec.codec.mime_type.lower(), item.codec.codec.sdp_fmtp_line
-    return Downlink(rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec)
+        elif kind == "candidate_pair" and item.candidate_pair.candidate_pair.nominated:
+            pair = item.candidate_pair.candidate_pair
+            if pair.HasField("current_round_trip_time"):
+                ice_rtt = pair.current_round_trip_time
+    return Downlink(
+        rtt if rtt is not None else ice_rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec
+    )

@@ -132,6 +132,7 @@ class LiveKitHandoff:
         sequence: int,
         queued: bool,
         tool: ToolCause | None = None,
+        asked_in: SpanContext | None = None,
         conversation_id: str | None = None,
         previous_activity: str = sc.CLOSE,
         new_activity: str = sc.START,
@@ -173,6 +174,8 @@ class LiveKitHandoff:
             self.record.tool_call_id = tool.call_id
             if tool.span_context is not None and tool.span_context.is_valid:
                 self.record.links = [Link(tool.span_context)]
+        if asked_in is not None:  # a span of LiveKit's that ends first: linked, not the parent
+            self.record.links = [*(self.record.links or ()), Link(asked_in)]
 
     @property
     def start_ns(self) -> int:
@@ -314,9 +317,10 @@ class LiveKitHandoff:
             except Exception as fault:
                 report("on_enter", fault)
 
-    def on_enter_task_done(self, task: Any) -> None:
-        """An on_enter task cancelled before its first step never ran our timing: end it here."""
-        if self.on_enter_pending and self._emitted is None:
+    def on_enter_never_ran(self) -> None:
+        """The session closed and the on_enter it scheduled never took a step (its task was
+        cancelled first): the handoff ends here, its on_enter cancelled."""
+        if self.on_enter_pending:
             self._record_on_enter(time.time_ns(), asyncio.CancelledError())
 
     def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
@@ -326,10 +330,11 @@ class LiveKitHandoff:
             emit_late_phase(self.telemetry, self._emitted, phase)
             return
         self.record.phases.append(phase)
-        if self.on_enter_pending and self.ended:  # the last phase: the handoff is over
+        if self.on_enter_pending:
             self.on_enter_pending = False
-            self.record.end_ns = end_ns
-            self._emit()
+            if self.ended:  # the last phase: the handoff is over now
+                self.record.end_ns = max(self.record.end_ns, end_ns)
+                self._emit()
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -383,9 +388,10 @@ class LiveKitHandoff:
 
     def _emit(self) -> None:
         self._emitted = emitted = emit(self.telemetry, self.record)
-        linked, self._linked = self._linked, []
-        for phase in linked:
-            emit_linked(self.telemetry, emitted, phase)
+        if self._linked:  # first speech (or a reconnect) during on_enter
+            for phase in self._linked:
+                emit_linked(self.telemetry, emitted, phase)
+            self._linked.clear()
 
     def _summarize(self) -> None:
         """LiveKit's own attributes; every duration the span model promises, 0 when it did not run."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.trace import SpanContext
 
 from ..core import delivery
 from ..core import schema as sc
@@ -32,6 +33,7 @@ from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCaus
 from ._reuse import realtime_blockers, stt_blockers
 
 ON_ENTER_TASK_NAME = "AgentTask_on_enter"
+LIVEKIT_SCOPE = "livekit-agents"  # the instrumentation scope of LiveKit's own spans
 _NEW_ACTIVITY_PHASES = frozenset((sc.START, sc.RESUME))
 FINAL_UPDATE_SUFFIX = "_final"  # `RunContext._make_update_output` of a tool's return after ctx.update()
 REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
@@ -126,6 +128,9 @@ async def wrap_session_close(
     try:
         return await wrapped(*args, **kwargs)
     finally:
+        handoff = telemetry.awaiting_speech.get(instance)
+        if handoff is not None and handoff.on_enter_pending:
+            guard("AgentSession close", handoff.on_enter_never_ran)
         if instance in telemetry.sequences:
             guard("AgentSession close", delivery.conversation_ended, telemetry.tracer)
 
@@ -216,12 +221,16 @@ def _new_handoff(
     parent: otel_context.Context | None = None,
 ) -> LiveKitHandoff:
     """The one place a handoff is made: the next sequence number, parented where it was requested."""
+    asked_in = None
+    if parent is None:
+        parent, asked_in = _request_context(session)
     return LiveKitHandoff(
         telemetry,
         session,
         agent,
         trigger=trigger,
-        parent=parent if parent is not None else _request_context(session),
+        parent=parent,
+        asked_in=asked_in,
         sequence=telemetry.next_sequence(session),
         queued=queued,
         tool=tool,
@@ -229,16 +238,27 @@ def _new_handoff(
     )
 
 
-def _request_context(session: Any) -> otel_context.Context:
-    """Where the handoff was requested; the session's own trace when nothing was traced there.
+def _request_context(session: Any) -> tuple[otel_context.Context, SpanContext | None]:
+    """Where the handoff goes, and the span it was asked in when that is not its parent.
 
-    (livekit-agents before 1.3 does not leave its session span current for the app's code.)
+    Where it was requested, or the session's own trace when nothing was traced there
+    (livekit-agents before 1.3 does not leave its session span current for the app's code). A
+    span of LiveKit's own there (``agent_turn``, ``on_enter``) ends before the handoff does,
+    which Jaeger flags: the handoff goes under the session's span instead, linked to that span.
     """
     current = otel_context.get_current()
-    if trace.get_current_span(current).get_span_context().is_valid:
-        return current
+    span = trace.get_current_span(current)
     root = getattr(session, "_root_span_context", None)
-    return root if root is not None else current
+    if not span.get_span_context().is_valid:
+        return (root if root is not None else current), None
+    if root is not None and _is_livekits(span) and span is not trace.get_current_span(root):
+        return root, span.get_span_context()
+    return current, None
+
+
+def _is_livekits(span: Any) -> bool:
+    scope = getattr(span, "instrumentation_scope", None)
+    return getattr(scope, "name", None) == LIVEKIT_SCOPE
 
 
 def _watch_handoff_task(session: Any, handoff: LiveKitHandoff) -> None:
@@ -369,11 +389,7 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
         args = (handoff.watch_on_enter(args[0]), *args[1:])
     else:
         kwargs = {**kwargs, "coro": handoff.watch_on_enter(kwargs["coro"])}
-    task = wrapped(*args, **kwargs)
-    add_done_callback = getattr(task, "add_done_callback", None)
-    if add_done_callback is not None:
-        add_done_callback(handoff.on_enter_task_done)
-    return task
+    return wrapped(*args, **kwargs)
 
 
 # --- why reuse did not happen ------------------------------------------------------------------
