@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import urllib.error
 import urllib.parse
@@ -265,3 +266,50 @@ class Prometheus:
         answer = _get_json(f"{self.url}/api/v1/query_exemplars?{params}")
         assert answer["status"] == "success", answer
         return answer["data"]
+
+
+@dataclass
+class LiveKitServer:
+    """livekit-server v1.11 in development mode (its placeholder keys ``devkey``/``secret``) on the
+    namespace's loopback, on its fixed ports: 7880 (HTTP, signalling), 7881 (ICE/TCP) and 7882
+    (ICE/UDP), fine inside a private namespace. WebRTC media does not pass the TCP relays, so
+    everything that joins a room runs in the same namespace (:meth:`netns.Namespace.start`);
+    the test reaches only the HTTP port, through a relay."""
+
+    process: Any
+    port: int
+    log: Path
+    url = "ws://localhost:7880"  # inside the namespace
+    api_key = "devkey"
+    api_secret = "secret"
+    # WebRTC gathers no ICE candidates on a loopback interface: the media goes over an address
+    # of a veth pair inside the namespace (both ends there, so it never leaves it)
+    media_address = "10.250.0.1"
+
+    @classmethod
+    def start(cls, space: netns.Namespace) -> LiveKitServer:
+        binary = executable("livekit-server", "OTEL_HANDOFF_LIVEKIT_SERVER")
+        log = space.workdir / "livekit-server.log"
+        inside = ["nsenter", "-t", str(space.holder.pid), "--net", "ip"]
+        for args in (
+            ["link", "add", "lk-media", "type", "veth", "peer", "name", "lk-peer"],
+            ["addr", "add", f"{cls.media_address}/32", "dev", "lk-media"],
+            ["link", "set", "lk-peer", "up"],
+            ["link", "set", "lk-media", "up"],
+        ):
+            subprocess.run([*inside, *args], check=True, capture_output=True)
+        command = [
+            str(binary),
+            "--dev",
+            "--bind=127.0.0.1",
+            f"--bind={cls.media_address}",
+            f"--node-ip={cls.media_address}",
+        ]
+        process = space.start(command, log, {"PATH": os.environ.get("PATH", "")})
+        (port,) = space.expose("localhost:7880")
+        server = cls(process, port, log)
+        _started(process, log, "livekit-server", lambda: _http(f"http://127.0.0.1:{port}/")[0] == 200)
+        return server
+
+    def tail(self) -> str:
+        return _tail(self.log)

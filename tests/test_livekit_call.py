@@ -1,0 +1,404 @@
+"""Real LiveKit calls, deployed as users deploy (issue 38): nothing of ours had run that way.
+
+One private network namespace holds a livekit-server (v1.11, built by the install script),
+Jaeger (the suite's binary, as ``jaeger``), the worker — ``python agent.py start`` with only
+``OTEL_HANDOFF_AUTO_INSTRUMENT=true`` and the standard ``OTEL_*`` variables, the default
+process-per-job executor, explicit dispatch — and a caller participant in its own process that
+speaks (espeak-ng) and times every frame it hears; WebRTC media never leaves the namespace, the
+test reads Jaeger through relays (``livekit_call/``). Deployments:
+
+- ``batch``: three calls of different lengths, the SDK's 5 s batch timer, then SIGTERM;
+- ``flush-only``: the same with ``OTEL_BSP_SCHEDULE_DELAY=60000``, where only a flush delivers,
+  plus a call whose job crashes after the handoff;
+- ``threads``: two calls with the thread executor, in the worker's own process (the only way a
+  process runs a second job: a job process never does, ``ipc/job_proc_lazy_main.py`` exits it
+  when its one job ends);
+- ``silero``: a call with the real Silero VAD (``livekit-plugins-silero``), deciding the turn.
+
+Each deployment runs once and is recorded; the tests judge the record. Per-call measurements go
+to ``livekit-call-measurements.json`` in the run's temporary folder and to stdout (``-s``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import netns
+import pytest
+import stack
+from livekit_call.deployment import (
+    CONVERSATION_ID,
+    EXPECTED_IN_JOB_TRACE,
+    SECOND_AGENT,
+    Call,
+    CallRecord,
+    Deployment,
+    deploy,
+    first_speech_of,
+    handoff_of,
+    phases_of,
+)
+from receivers import Span, missing
+
+agents = pytest.importorskip("livekit.agents")
+if (
+    not hasattr(agents, "AgentServer")
+    or "turn_handling" not in inspect.signature(agents.AgentSession).parameters
+):
+    pytest.skip(
+        "the deployed agent is written for livekit-agents 1.8 (AgentServer, turn_handling)",
+        allow_module_level=True,
+    )
+
+FRAMEWORK = "livekit-agents"
+CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new agent's first frame goes out
+HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
+GAP_US = 1_000  # uncovered time between a handoff's phases
+ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
+HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+UNATTRIBUTED = "agent_handoff.unattributed.duration"
+
+# one breath each (a pause would end the turn early), of different lengths
+CALLS = (
+    Call("I need help with my bill"),
+    Call("I have a question about the invoice I received last week", linger=0.5),
+    Call("I was charged twice this month and I would like someone to look at my bill please", linger=1.5),
+)
+RUNS = {
+    "batch": (CALLS, {}),
+    "flush-only": ((*CALLS, Call("My bill is wrong", crash=True)), {"OTEL_BSP_SCHEDULE_DELAY": "60000"}),
+    "threads": (CALLS[:2], {"AGENT_JOB_EXECUTOR": "thread", "OTEL_BSP_SCHEDULE_DELAY": "60000"}),
+    "silero": (CALLS[1:2], {"AGENT_VAD": "silero"}),
+}
+
+
+class Runs:
+    """The shared namespace, Jaeger and livekit-server; each deployment run once, when first asked."""
+
+    def __init__(self, space: netns.Namespace, jaeger: stack.Jaeger, server: stack.LiveKitServer) -> None:
+        self.space, self.jaeger, self.server = space, jaeger, server
+        self.done: dict[str, Deployment] = {}
+        self.failed: dict[str, Exception] = {}  # a deployment that could not run fails every test of it
+
+    def get(self, name: str) -> Deployment:
+        if name == "silero" and not installed("livekit.plugins.silero"):
+            missing("livekit-plugins-silero")
+        if name in self.failed:
+            raise self.failed[name]
+        if name not in self.done:
+            calls, env = RUNS[name]
+            try:
+                self.done[name] = deploy(self.space, self.jaeger, self.server, name, calls, **env)
+            except Exception as exc:
+                self.failed[name] = exc
+                raise
+            report(self.done[name])
+        return self.done[name]
+
+
+def installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is missing
+        return False
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runs]:
+    if shutil.which("espeak-ng") is None:
+        missing("espeak-ng (Debian's package; the caller speaks with it)")
+    space = stack.namespace(tmp_path_factory.mktemp("livekit-call"))
+    try:
+        yield Runs(space, stack.Jaeger.start(space), stack.LiveKitServer.start(space))
+    finally:
+        space.stop()
+
+
+@pytest.fixture(scope="module", params=list(RUNS))
+def run(request: pytest.FixtureRequest, runs: Runs) -> Deployment:
+    return runs.get(request.param)
+
+
+def calls_of(run: Deployment) -> list[CallRecord]:
+    """The calls that end as calls do (the caller hangs up), not the crash."""
+    return [call for call in run.calls if not call.call.crash]
+
+
+def handoff(call: CallRecord) -> Span:
+    found = handoff_of(call.spans, call.sid)
+    assert found is not None, (
+        f"{call.room}: no agent_handoff span with {CONVERSATION_ID}={call.sid} in Jaeger"
+    )
+    return found
+
+
+def first_speech(call: CallRecord) -> Span:
+    found = first_speech_of(call.spans, handoff(call))
+    assert found is not None, f"{call.room}: no agent_handoff.first_speech linked to the handoff in Jaeger"
+    return found
+
+
+def captured_ns(run: Deployment, call: CallRecord) -> int:
+    """When the worker handed the new agent's first audio frame to the room."""
+    found = call.measured(run.records, "first_frame", SECOND_AGENT)
+    assert found is not None, f"{call.room}: the worker never captured {SECOND_AGENT}'s voice"
+    return found["time_ns"]
+
+
+def end_us(span: Span) -> int:
+    return span["start_us"] + span["duration_us"]
+
+
+# --- the calls themselves ---------------------------------------------------------------------------
+def test_calls_are_heard_to_the_end(run: Deployment) -> None:
+    """Every call ran as scripted: greeting, speech, handoff, the new agent heard, hang-up."""
+    for call in calls_of(run):
+        assert "error" not in call.caller, f"{call.room}: {call.caller['error']}\n{run.worker_log()}"
+        assert SECOND_AGENT in call.caller["first_heard_ns"], call.caller
+
+
+# --- delivery -----------------------------------------------------------------------------------------
+def test_handoff_spans_arrive_after_each_call(run: Deployment) -> None:
+    """Within seconds of the caller hanging up — before the next call — the handoff, its phases
+    and its first speech are in Jaeger: no batch timer (5 s, or 60 s) stands between."""
+    late = [f"{call.room} (linger {call.call.linger} s)" for call in calls_of(run) if call.arrival_s is None]
+    assert not late, f"handoff spans not in Jaeger within 5 s of the call's end: {late}"
+
+
+def test_nothing_is_lost_at_sigterm(run: Deployment) -> None:
+    """After SIGTERM, each call's job trace is whole: the job's root, the session, the handoff
+    and its first speech, in one trace."""
+    assert run.worker_exit == 0, f"the worker did not exit cleanly on SIGTERM: {run.worker_exit}"
+    problems = []
+    for call in run.calls:
+        names = {s["name"] for s in call.spans}
+        lost = [name for name in EXPECTED_IN_JOB_TRACE if name not in names]
+        if lost:
+            roots = sorted({s["name"] for s in call.spans if s["parent_id"] is None})
+            problems.append(f"{call.room}: {lost} not in Jaeger; the roots there: {roots}")
+            continue
+        trace_id = handoff(call)["trace_id"]
+        apart = sorted(
+            {
+                s["name"]
+                for s in call.spans
+                if s["name"] in EXPECTED_IN_JOB_TRACE and s["trace_id"] != trace_id
+            }
+        )
+        if apart:
+            problems.append(f"{call.room}: {apart} in another trace than the handoff")
+    assert not problems, "\n".join(problems)
+
+
+# --- what the spans say -------------------------------------------------------------------------------
+def test_handoff_spans_carry_the_conversation(run: Deployment) -> None:
+    """The handoff (framework, phases) and its first speech carry the room's conversation id."""
+    problems = []
+    for call in calls_of(run):
+        span = handoff(call)
+        assert span["attributes"].get("agent_handoff.framework") == FRAMEWORK, span["attributes"]
+        assert phases_of(call.spans, span), f"{call.room}: the handoff has no phase spans"
+        for ours in (span, first_speech(call)):
+            found = ours["attributes"].get(CONVERSATION_ID)
+            if found != call.sid:
+                problems.append(
+                    f"{call.room}: {ours['name']} has {CONVERSATION_ID}={found!r}, not {call.sid}"
+                )
+    assert not problems, "\n".join(problems)
+
+
+def test_first_speech_ends_at_the_new_agents_first_frame(run: Deployment) -> None:
+    """The silence ends when the new agent's first audio frame goes out (within 5 ms)."""
+    problems = []
+    for call in calls_of(run):
+        off_us = end_us(first_speech(call)) - captured_ns(run, call) / 1000
+        if abs(off_us) > CAPTURE_TOLERANCE_US:
+            problems.append(f"{call.room}: first speech ends {off_us / 1000:+.2f} ms from the capture")
+    assert not problems, "\n".join(problems)
+
+
+def test_phases_cover_the_handoff(run: Deployment) -> None:
+    """Between the handoff's start, its phases and its end no gap reaches 1 ms, unless the span
+    says how long it could not attribute (``agent_handoff.unattributed.duration``): then the
+    phases and that add up to the span's duration."""
+    problems = []
+    for call in calls_of(run):
+        span = handoff(call)
+        start, end = span["start_us"], end_us(span)
+        covered, cursor, gaps = 0, start, []
+        phases = phases_of(call.spans, span)
+        for phase in phases:
+            begin, finish = max(phase["start_us"], cursor), min(end_us(phase), end)
+            if begin > cursor:
+                gaps.append((phase["name"], begin - cursor))
+            if finish > begin:
+                covered += finish - begin
+                cursor = finish
+        if end > cursor:
+            gaps.append(("the end", end - cursor))
+        wide = [(name, us) for name, us in gaps if us >= GAP_US]
+        unattributed = span["attributes"].get(UNATTRIBUTED)
+        if unattributed is None:
+            if wide:
+                problems.append(f"{call.room}: gaps of ≥ 1 ms before {wide} (µs) and no {UNATTRIBUTED}")
+        elif abs(covered + unattributed * 1e6 - span["duration_us"]) > ROUNDING_US * (2 * len(phases) + 2):
+            problems.append(
+                f"{call.room}: phases {covered} µs + unattributed {unattributed * 1e6:.0f} µs"
+                f" ≠ the span's {span['duration_us']} µs"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
+    """``/api/traces/<id>`` notes nothing on a span of ours (e.g. a child outliving its parent)."""
+    problems = [
+        f"{call.room}: {span['name']}: {call.warnings[span['span_id']]}"
+        for call in run.calls
+        for span in call.spans
+        if span["name"].startswith("agent_handoff") and span["span_id"] in call.warnings
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_heard_delay_matches_the_caller(run: Deployment) -> None:
+    """``heard_delay`` (from WebRTC statistics) is within 30 ms of what the caller measured:
+    its first hearing of the new agent less the worker's capture of that agent's first frame."""
+    problems = []
+    for call in calls_of(run):
+        measured = (call.caller["first_heard_ns"][SECOND_AGENT] - captured_ns(run, call)) / 1e9
+        estimated = first_speech(call)["attributes"].get(HEARD_DELAY)
+        if estimated is None:
+            problems.append(f"{call.room}: no {HEARD_DELAY} (the caller measured {measured * 1000:.1f} ms)")
+        elif abs(estimated - measured) > HEARD_TOLERANCE_S:
+            problems.append(
+                f"{call.room}: {HEARD_DELAY} {estimated * 1000:.1f} ms, measured {measured * 1000:.1f} ms"
+            )
+    assert not problems, "\n".join(problems)
+
+
+# --- processes -----------------------------------------------------------------------------------------
+def test_each_job_process_runs_one_job_and_ends_through_finalizers(runs: Runs) -> None:
+    """Process-per-job: a new process per call, never the worker's, never reused; it ends with
+    ``os._exit`` after multiprocessing's finalizers, so an ``atexit`` hook never runs there."""
+    run = runs.get("batch")
+    pids = [call.measured(run.records, "first_frame", SECOND_AGENT)["pid"] for call in run.calls]
+    assert len(set(pids)) == len(pids) and run.worker_pid not in pids, (pids, run.worker_pid)
+    for pid in pids:
+        exits = {r["how"] for r in run.records if r["event"] == "exit" and r["pid"] == pid}
+        assert exits == {"finalizers"}, f"job process {pid} ended through {exits or 'neither'}"
+
+
+def test_a_crashing_job_loses_nothing(runs: Runs) -> None:
+    """The job's entrypoint fails after the handoff ("job crashed"): its spans still arrive,
+    with only a flush to deliver them (60 s batch timer)."""
+    run = runs.get("flush-only")
+    (crash,) = [call for call in run.calls if call.call.crash]
+    assert "unhandled exception while running the job task" in run.worker_log(), "the job did not crash"
+    assert crash.arrival_s is not None, "the crashed job's handoff spans did not arrive within 5 s"
+    names = {s["name"] for s in crash.spans}
+    assert set(EXPECTED_IN_JOB_TRACE) <= names, f"lost: {set(EXPECTED_IN_JOB_TRACE) - names}"
+
+
+def test_silero_vad_ends_the_callers_turn(runs: Runs) -> None:
+    """The Silero call's turn ended on the real VAD (LiveKit's ``eou_wait``), the others' on the
+    scripted STT's endpointing."""
+    for name, source in (("silero", "vad"), ("batch", "stt")):
+        for call in runs.get(name).calls:
+            sources = {s["attributes"].get("lk.eou.source") for s in call.spans if s["name"] == "eou_wait"}
+            assert sources == {source}, f"{call.room}: the turn ended on {sources}"
+
+
+def test_thread_executor_runs_calls_in_the_worker_process(runs: Runs) -> None:
+    """With the thread executor a process does run a second job: the worker's own, which lives on,
+    so each call's spans must be flushed when the call ends, not at a process exit."""
+    run = runs.get("threads")
+    pids = {call.measured(run.records, "first_frame", SECOND_AGENT)["pid"] for call in run.calls}
+    assert pids == {run.worker_pid}, (pids, run.worker_pid)
+
+
+# --- the measurements, for the record ------------------------------------------------------------------
+def report(run: Deployment) -> None:
+    """Per call: the caller's end of speech, the worker's capture of the new agent's first frame,
+    the caller's first hearing of it, the delays between, the caller's jitter buffer, what WebRTC
+    statistics the agent's side had at that capture, and what the first speech span says."""
+    rows = []
+    for call in run.calls:
+        caller = call.caller
+        capture = call.measured(run.records, "first_frame", SECOND_AGENT) or {}
+        spoken, heard = caller.get("end_of_speech_ns"), caller.get("first_heard_ns", {}).get(SECOND_AGENT)
+        speech = handoff_of(call.spans, call.sid)
+        speech = speech and first_speech_of(call.spans, speech)
+        attributes = speech["attributes"] if speech else {}
+        rows.append(
+            {
+                "room": call.room,
+                "end_of_speech_ns": spoken,
+                "capture_ns": capture.get("time_ns"),
+                "first_heard_ns": heard,
+                "downlink_ms": _ms(capture.get("time_ns"), heard),
+                "end_of_speech_to_capture_ms": _ms(spoken, capture.get("time_ns")),
+                "end_of_speech_to_heard_ms": _ms(spoken, heard),
+                "caller_inbound": caller.get("stats_at_first_heard"),
+                "agent_stats": _agent_side(call.measured(run.records, "stats", SECOND_AGENT)),
+                "first_speech_end_minus_capture_ms": speech
+                and _ms(capture.get("time_ns"), end_us(speech) * 1000),
+                "first_speech_delay_ms": _ms(
+                    0, (attributes.get("agent_handoff.first_speech.delay") or 0) * 1e9
+                ),
+                "heard_delay_ms": _ms(0, attributes[HEARD_DELAY] * 1e9)
+                if HEARD_DELAY in attributes
+                else None,
+                "spans_arrived_after_s": call.arrival_s and round(call.arrival_s, 2),
+                "error": caller.get("error"),
+            }
+        )
+    out = run.workdir / "livekit-call-measurements.json"
+    existing = json.loads(out.read_text()) if out.exists() else {}
+    existing[run.name] = {"seconds": round(run.seconds, 1), "worker_exit": run.worker_exit, "calls": rows}
+    out.write_text(json.dumps(existing, indent=1))
+    print(f"\n{run.name}: {run.seconds:.1f} s, worker exit {run.worker_exit} ({out})")
+    for row in rows:
+        jitter = (row["caller_inbound"] or {}).get("jitter_buffer_mean_s")
+        print(
+            f"  {row['room']}: end of speech → capture {row['end_of_speech_to_capture_ms']} ms, downlink"
+            f" {row['downlink_ms']} ms (heard_delay {row['heard_delay_ms']}), jitter buffer"
+            f" {jitter and round(jitter * 1000, 1)} ms, spans after {row['spans_arrived_after_s']} s"
+        )
+
+
+def _ms(start_ns: float | None, end_ns: float | None) -> float | None:
+    return None if start_ns is None or end_ns is None else round((end_ns - start_ns) / 1e6, 2)
+
+
+def _agent_side(stats: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The stats kinds of the agent's published track, with the fields a heard-delay estimate uses."""
+    if stats is None or "stats" not in stats:
+        return stats
+    kinds: dict[str, Any] = {}
+    for entry in stats["stats"]:
+        ((kind, body),) = entry.items()
+        if kind == "remote_inbound_rtp":
+            kinds[kind] = {**body.get("received", {}), **body.get("remote_inbound", {})}
+        elif kind == "outbound_rtp":
+            kinds[kind] = {
+                **body.get("sent", {}),
+                **{
+                    k: v for k, v in body.get("outbound", {}).items() if "delay" in k or k == "target_bitrate"
+                },
+            }
+        elif kind == "codec":
+            kinds[kind] = {
+                k: body["codec"].get(k) for k in ("mime_type", "clock_rate", "channels", "sdp_fmtp_line")
+            }
+        elif kind == "media_source":
+            kinds[kind] = body.get("audio", {})
+        elif kind == "candidate_pair":
+            kinds[kind] = {k: v for k, v in body.get("candidate_pair", {}).items() if "round_trip" in k}
+        else:
+            kinds.setdefault("other", []).append(kind)
+    return {"after_capture_ms": (stats["asked_ns"] - stats["captured_ns"]) / 1e6, **kinds}
