@@ -834,3 +834,60 @@ def test_a_reader_that_stops_early_gets_no_traceback(
     finally:
         stdout.close()
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_the_heard_delay_where_first_speech_has_one(
+    tmp_path: Path, provider: Any, span_exporter: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A LiveKit call's first_speech carries the caller's heard delay (an estimate from WebRTC's
+    statistics): summary shows it per pair, beside the phases, in every format."""
+    from opentelemetry import trace
+
+    from otel_handoff.cli.demo_export import write_otlp_json
+    from otel_handoff.cli.summary import HEARD_LABEL, run
+    from otel_handoff.core.emit import emit, emit_linked
+    from otel_handoff.core.heard import Downlink, attributes
+    from otel_handoff.core.metrics import HandoffMetrics
+    from otel_handoff.core.record import HandoffRecord, PhaseRecord
+    from otel_handoff.core.spans import HandoffTelemetry
+
+    telemetry = HandoffTelemetry(
+        tracer=provider.get_tracer("otel_handoff.livekit"),
+        metrics=HandoffMetrics(None, "otel_handoff.test"),
+        static_attributes={sc.FRAMEWORK: sc.FRAMEWORK_LIVEKIT, sc.FRAMEWORK_VERSION: "1.8.9"},
+    )
+    link = Downlink(0.002, 0.0004, 0, 0.020, "audio/opus")
+    span_exporter.clear()
+    call = telemetry.tracer.start_span("call", start_time=0)  # the call's trace, as LiveKit's session
+    for n, start in enumerate((1_000_000_000, 9_000_000_000)):
+        record = HandoffRecord(
+            start_ns=start,
+            end_ns=start + 3_000_000,
+            sequence=n + 1,
+            outcome=sc.OUTCOME_COMPLETED,
+            parent=trace.set_span_in_context(call),
+            from_agent="triage",
+            to_agent="billing",
+            phases=[PhaseRecord(sc.START, start, start + 3_000_000)],
+        )
+        emitted = emit(telemetry, record)
+        speech = PhaseRecord(sc.PHASE_FIRST_SPEECH, start, start + 300_000_000, attributes(link))
+        emit_linked(telemetry, emitted, speech)
+    call.end(end_time=20_000_000_000)
+    path = tmp_path / "call.jsonl"
+    write_otlp_json(span_exporter.get_finished_spans(), path)
+
+    code, table, _ = run(str(path))
+    assert code == 0, table
+    [heard_row] = [line for line in table.splitlines() if line.strip().startswith(HEARD_LABEL)]
+    assert f"{link_ms(link):.2f}" in heard_row and " 2 " in f" {heard_row} "
+    code, document, _ = run(str(path), output_format="json")
+    [pair] = json.loads(document)["pairs"]
+    assert pair["heard_delay"]["count"] == 2
+    assert pair["heard_delay"]["p50"] == pytest.approx(link_ms(link) / 1000)
+
+
+def link_ms(link: Any) -> float:
+    from otel_handoff.core.heard import heard_delay
+
+    return heard_delay(link) * 1000

@@ -80,6 +80,8 @@ class HandoffRecord:
     duration: float | None
     phases: Mapping[str, float] = field(default_factory=dict)
     reuse: Mapping[str, bool] = field(default_factory=dict)
+    # after first speech, until the caller hears it: the estimate on the first_speech span, if any
+    heard_delay: float | None = None
 
     @property
     def pair(self) -> tuple[str, str, str]:
@@ -152,6 +154,15 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
                     for name, attribute in REUSE_FLAGS.items()
                     if attributes.get(attribute) is not None
                 },
+                heard_delay=next(
+                    (
+                        heard
+                        for speech in around.get(sc.PHASE_FIRST_SPEECH, ())
+                        if speech.attributes.get(sc.FIRST_SPEECH_HEARD_DELAY) is not None
+                        and (heard := _seconds(speech, sc.FIRST_SPEECH_HEARD_DELAY)) is not None
+                    ),
+                    None,
+                ),
             )
         )
     return result
@@ -258,6 +269,7 @@ class PairSummary:
     duration: Stats | None
     phases: Mapping[str, Stats]
     reuse: Mapping[str, tuple[int, int]]  # flag -> (reused, handoffs that report it)
+    heard: Stats | None = None  # first speech to the caller's ear, estimated (LiveKit in a room)
 
     @property
     def label(self) -> str:
@@ -293,6 +305,7 @@ def summarize(handoffs: Iterable[HandoffRecord]) -> list[PairSummary]:
                 duration=Stats.of([h.duration for h in group if h.duration is not None]),
                 phases=phases,
                 reuse=reuse,
+                heard=Stats.of([h.heard_delay for h in group if h.heard_delay is not None]),
             )
         )
     return pairs
@@ -332,6 +345,8 @@ def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[in
 
 # the handoff time both here and in the overview's p50/p95/max: the span's `agent_handoff.duration`
 DURATION_LABEL = "duration"
+# after first_speech: estimated from the agent's WebRTC statistics (agent_handoff.first_speech.heard_delay)
+HEARD_LABEL = "heard (est.)"
 
 
 def duration_legend(frameworks: Sequence[str]) -> str:
@@ -402,7 +417,7 @@ def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
             "",
             f"{pair.label}  ({pair.framework}, {pair.count} {'handoff' if pair.count == 1 else 'handoffs'})",
         ]
-        stats = [(DURATION_LABEL, pair.duration), *pair.phases.items()]
+        stats = [(DURATION_LABEL, pair.duration), *pair.phases.items(), (HEARD_LABEL, pair.heard)]
         rows = [
             [name, str(s.count), _ms(s.p50), _ms(s.p95), _ms(s.max), _ms(s.mean)]
             for name, s in stats
@@ -463,6 +478,7 @@ def render_json(pairs: Sequence[PairSummary], source: str = "") -> str:
                 "outcomes": dict(p.outcomes),
                 "duration": _stats_dict(p.duration),
                 "phases": {name: _stats_dict(s) for name, s in p.phases.items()},
+                "heard_delay": _stats_dict(p.heard),
                 "reuse": {
                     flag: {"reused": reused, "of": total, "rate": reused / total}
                     for flag, (reused, total) in p.reuse.items()
@@ -489,6 +505,7 @@ def csv_header() -> list[str]:
         *(f"{flag}_reuse_rate" for flag in REUSE_FLAGS),
         *(f"duration_{f}" + ("" if f == "count" else "_s") for f in _STAT_FIELDS),
         *(f"{phase}_{f}" + ("" if f == "count" else "_s") for phase in PHASE_NAMES for f in _STAT_FIELDS),
+        *("heard_delay_" + f + ("" if f == "count" else "_s") for f in _STAT_FIELDS),
     ]
 
 
@@ -507,7 +524,7 @@ def render_csv(pairs: Sequence[PairSummary]) -> str:
         ]
         row += [p.outcomes.get(outcome, 0) for outcome in OUTCOMES]
         row += [(r[0] / r[1]) if (r := p.reuse.get(flag)) else "" for flag in REUSE_FLAGS]
-        for stats in (p.duration, *(p.phases.get(phase) for phase in PHASE_NAMES)):
+        for stats in (p.duration, *(p.phases.get(phase) for phase in PHASE_NAMES), p.heard):
             row += [getattr(stats, f) if stats else "" for f in _STAT_FIELDS]
         writer.writerow(row)
     return out.getvalue()
