@@ -41,6 +41,12 @@ _OPTIONAL = (
     ("tool_call_id", sc.GEN_AI_TOOL_CALL_ID),
     ("conversation_id", sc.GEN_AI_CONVERSATION_ID),
 )
+try:  # the span a Context (a dict) holds, read in C: trace.get_current_span's own key
+    from opentelemetry.trace.propagation import _SPAN_KEY
+
+    _span_of: Any = operator.methodcaller("get", _SPAN_KEY)
+except ImportError:  # an API that moved it: its public reader
+    _span_of = trace.get_current_span
 _OPTIONAL_FIELDS = operator.attrgetter(*(field for field, _ in _OPTIONAL))
 _OPTIONAL_KEYS = tuple(key for _, key in _OPTIONAL)
 _NONES = (None,) * len(_OPTIONAL)
@@ -78,7 +84,7 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
         # a NoOp tracer provider and NoOp meters (OTEL_SDK_DISABLED, say): nothing to build
         return Emitted(INVALID_SPAN_CONTEXT, parent, parent, False, telemetry.static_attributes)
     attributes, phase_seconds = _attributes(telemetry, record)
-    parent_span = trace.get_current_span(parent)
+    parent_span = _span_of(parent)
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent_span, attributes)
     end_ns = max(record.end_ns, record.start_ns)
@@ -140,7 +146,7 @@ def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecor
     if phase.attributes:
         attributes.update(phase.attributes)
     parent, links = emitted.parent, [Link(emitted.span_context)]
-    parent_span = trace.get_current_span(parent)
+    parent_span = _span_of(parent)
     ended = getattr(parent_span, "end_time", None)
     if ended is not None and ended < phase.end_ns:  # as for the handoff: not past its parent's end
         parent, links = _still_open(parent, parent_span, links)
