@@ -13,7 +13,12 @@ test reads Jaeger through relays (``livekit_call/``). Deployments:
 - ``threads``: two calls with the thread executor, in the worker's own process (the only way a
   process runs a second job: a job process never does, ``ipc/job_proc_lazy_main.py`` exits it
   when its one job ends);
-- ``silero``: a call with the real Silero VAD (``livekit-plugins-silero``), deciding the turn.
+- ``silero``: a call with the real Silero VAD (``livekit-plugins-silero``), deciding the turn;
+- ``configure-in-file``: a call where the agent file calls ``otel_handoff.configure()`` at module
+  level instead of the auto variable, with the 60 s batch timer.
+
+Each call's trace also gives the waterfall of ``docs/livekit.md`` ("where the caller's silence
+goes", ``livekit_call/waterfall.py``), held to what the caller and the worker measured.
 
 Each deployment runs once and is recorded; the tests judge the record. Per-call measurements go
 to ``livekit-call-measurements.json`` in the run's temporary folder and to stdout (``-s``).
@@ -43,6 +48,7 @@ from livekit_call.deployment import (
     handoff_of,
     phases_of,
 )
+from livekit_call.waterfall import SEGMENTS, table, waterfall
 from receivers import Span, missing
 
 agents = pytest.importorskip("livekit.agents")
@@ -60,6 +66,7 @@ CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new agent's first fra
 HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
 GAP_US = 1_000  # uncovered time between a handoff's phases
 ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
+E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
@@ -74,7 +81,9 @@ RUNS = {
     "flush-only": ((*CALLS, Call("My bill is wrong", crash=True)), {"OTEL_BSP_SCHEDULE_DELAY": "60000"}),
     "threads": (CALLS[:2], {"AGENT_JOB_EXECUTOR": "thread", "OTEL_BSP_SCHEDULE_DELAY": "60000"}),
     "silero": (CALLS[1:2], {"AGENT_VAD": "silero"}),
+    "configure-in-file": (CALLS[:1], {"OTEL_BSP_SCHEDULE_DELAY": "60000"}),
 }
+IN_FILE = "configure-in-file"  # the agent file calls otel_handoff.configure(), no auto variable
 
 
 class Runs:
@@ -93,7 +102,15 @@ class Runs:
         if name not in self.done:
             calls, env = RUNS[name]
             try:
-                self.done[name] = deploy(self.space, self.jaeger, self.server, name, calls, **env)
+                self.done[name] = deploy(
+                    self.space,
+                    self.jaeger,
+                    self.server,
+                    name,
+                    calls,
+                    configure_in_file=name == IN_FILE,
+                    **env,
+                )
             except Exception as exc:
                 self.failed[name] = exc
                 raise
@@ -281,6 +298,70 @@ def test_heard_delay_matches_the_caller(run: Deployment) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
+    """The trace's waterfall (``livekit_call/waterfall.py``, the doc's table) has its segments in
+    order and the handoff's phases inside the handoff; from the end of speech to the
+    first frame out it is LiveKit's own ``lk.e2e_latency`` (2 ms); the first frame goes out at the
+    worker's capture (5 ms); the uplink and downlink estimates are within 30 ms of what the caller
+    and the worker measured, and so is the whole, from the caller's end of speech to its hearing.
+    The uplink is held to the caller only where the STT's endpointing ended the turn: Silero's end
+    of speech is its own estimate, not the caller's."""
+    problems = []
+    for call in calls_of(run):
+        rows = waterfall(call.spans, handoff(call))
+        main = {r.name: r for r in rows if not r.part}
+        print(f"\n{call.room}:\n{table(rows)}")
+        assert list(main) == list(SEGMENTS), list(main)
+        whole = handoff(call)
+        problems += [
+            f"{call.room}: {r.name} outside the handoff"
+            for r in rows
+            if r.part
+            and not (whole["start_us"] - ROUNDING_US <= r.start_us <= r.end_us <= end_us(whole) + ROUNDING_US)
+        ]
+        reply = next(
+            s
+            for s in call.spans
+            if s["name"] == "agent_turn"
+            and "lk.e2e_latency" in s["attributes"]
+            and s["start_us"] >= whole["start_us"]
+        )
+        e2e_us = reply["attributes"]["lk.e2e_latency"] * 1e6
+        ours_us = main["first frame out"].end_us - main["endpointing"].start_us
+        if abs(ours_us - e2e_us) > E2E_TOLERANCE_US:
+            problems.append(
+                f"{call.room}: end of speech → first frame {ours_us / 1000:.1f} ms,"
+                f" lk.e2e_latency {e2e_us / 1000:.1f} ms"
+            )
+        spoken, heard = (
+            call.caller["end_of_speech_ns"] / 1000,
+            call.caller["first_heard_ns"][SECOND_AGENT] / 1000,
+        )
+        captured = captured_ns(run, call) / 1000
+        checks = [
+            ("first frame out", main["first frame out"].end_us - captured, CAPTURE_TOLERANCE_US),
+            ("downlink", main["downlink"].ms * 1000 - (heard - captured), HEARD_TOLERANCE_S * 1e6),
+        ]
+        if {s["attributes"].get("lk.eou.source") for s in call.spans if s["name"] == "eou_wait"} == {"stt"}:
+            checks += [
+                (
+                    "uplink",
+                    main["uplink"].ms * 1000 - (main["endpointing"].start_us - spoken),
+                    HEARD_TOLERANCE_S * 1e6,
+                ),
+                (
+                    "end of speech → heard",
+                    (main["downlink"].end_us - main["uplink"].start_us) - (heard - spoken),
+                    HEARD_TOLERANCE_S * 1e6,
+                ),
+            ]
+        for name, off_us, tolerance in checks:
+            print(f"  {name}: {off_us / 1000:+.1f} ms from the measurement")
+            if abs(off_us) > tolerance:
+                problems.append(f"{call.room}: {name} {off_us / 1000:+.1f} ms from what was measured")
+    assert not problems, "\n".join(problems)
+
+
 # --- processes -----------------------------------------------------------------------------------------
 def test_each_job_process_runs_one_job_and_ends_through_finalizers(runs: Runs) -> None:
     """Process-per-job: a new process per call, never the worker's, never reused; it ends with
@@ -311,6 +392,17 @@ def test_silero_vad_ends_the_callers_turn(runs: Runs) -> None:
         for call in runs.get(name).calls:
             sources = {s["attributes"].get("lk.eou.source") for s in call.spans if s["name"] == "eou_wait"}
             assert sources == {source}, f"{call.room}: the turn ended on {sources}"
+
+
+def test_configure_in_the_agent_file_delivers_each_job_trace(runs: Runs) -> None:
+    """``otel_handoff.configure()`` at the agent file's module level, no auto variable, a 60 s batch
+    timer: each job process imports the file (LiveKit's forkserver preloads plugins, not the app),
+    configures its own export, and flushes at its end: the call's whole job trace (the job's root,
+    the session, the handoff and its first speech) is in Jaeger within 5 s of the call."""
+    run = runs.get(IN_FILE)
+    assert "OTEL_HANDOFF_AUTO_INSTRUMENT" not in run.environment, run.environment
+    late = [call.room for call in run.calls if call.job_arrival_s is None]
+    assert not late, f"job traces not whole in Jaeger within 5 s of the call: {late}\n{run.worker_log()}"
 
 
 def test_thread_executor_runs_calls_in_the_worker_process(runs: Runs) -> None:

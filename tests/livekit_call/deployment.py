@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,6 +57,7 @@ class CallRecord:
     caller: dict[str, Any]  # caller.py's answer
     left_ns: int  # when the caller's answer arrived (it had hung up)
     arrival_s: float | None = None  # seconds from hanging up until its handoff spans were in Jaeger
+    job_arrival_s: float | None = None  # ... until its whole job trace was, when the deployment waits
     spans: list[Span] = field(default_factory=list)  # its trace(s), read after the worker stopped
     warnings: dict[str, list[str]] = field(default_factory=dict)  # span id -> Jaeger's warnings
 
@@ -79,6 +81,7 @@ class Deployment:
     worker_exit: int | None = None
     records: list[dict[str, Any]] = field(default_factory=list)  # measure.py's JSON lines
     seconds: float = 0.0
+    environment: dict[str, str] = field(default_factory=dict)  # the worker's
 
     def worker_log(self) -> str:
         return (self.workdir / f"worker-{self.name}.log").read_text(errors="replace")
@@ -197,15 +200,17 @@ def arrived_within(check: Callable[[], bool], timeout: float) -> float | None:
 
 # --- the deployment -------------------------------------------------------------------------------
 def worker_environment(
-    service: str, measurements: Path, server: stack.LiveKitServer, **extra: str
+    service: str, measurements: Path, server: stack.LiveKitServer, *, auto: bool = True, **extra: str
 ) -> dict[str, str]:
-    """The deployment's environment: the user's variables only, no OTEL_* of the test run's."""
+    """The deployment's environment: the user's variables only, no OTEL_* of the test run's;
+    ``auto``: tracing comes from ``OTEL_HANDOFF_AUTO_INSTRUMENT``, not from the agent file."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LIVEKIT_"))}
+    if auto:
+        env["OTEL_HANDOFF_AUTO_INSTRUMENT"] = "true"
     env.update(
         LIVEKIT_URL=server.url,
         LIVEKIT_API_KEY=server.api_key,
         LIVEKIT_API_SECRET=server.api_secret,
-        OTEL_HANDOFF_AUTO_INSTRUMENT="true",
         OTEL_EXPORTER_OTLP_ENDPOINT="http://jaeger:4317",
         OTEL_SERVICE_NAME=service,
         LIVEKIT_CALL_MEASUREMENTS=str(measurements),
@@ -215,11 +220,30 @@ def worker_environment(
     return env
 
 
+def configured_agent(workdir: Path) -> Path:
+    """``agent.py`` as a user who sets tracing up in the file has it: ``import otel_handoff`` with
+    its imports and ``otel_handoff.configure()`` after them, at module level (so in every job
+    process that imports it), in a folder of its own beside the modules it imports."""
+    folder = workdir / "configured-agent"
+    folder.mkdir(exist_ok=True)
+    for name in ("scripted.py", "tones.py", "measure.py"):
+        shutil.copy(HERE / name, folder / name)
+    source = (HERE / "agent.py").read_text()
+    after_imports = "\nMAX_CONCURRENT_CALLS"
+    assert "\nimport os\n" in source and after_imports in source
+    source = source.replace("\nimport os\n", "\nimport os\n\nimport otel_handoff\n", 1)
+    source = source.replace(after_imports, "\notel_handoff.configure()\n" + after_imports, 1)
+    (folder / "agent.py").write_text(source)
+    return folder / "agent.py"
+
+
 @contextlib.contextmanager
-def worker(space: netns.Namespace, name: str, env: dict[str, str]) -> Iterator[subprocess.Popen[bytes]]:
+def worker(
+    space: netns.Namespace, name: str, env: dict[str, str], agent: Path = HERE / "agent.py"
+) -> Iterator[subprocess.Popen[bytes]]:
     """``python agent.py start`` in the namespace, registered with the server; stopped after."""
     log = space.workdir / f"worker-{name}.log"
-    process = space.start([sys.executable, str(HERE / "agent.py"), "start"], log, env)
+    process = space.start([sys.executable, str(agent), "start"], log, env)
     try:
         wait_until(
             lambda: process.poll() is not None or "registered worker" in log.read_text(errors="replace"),
@@ -239,16 +263,22 @@ def deploy(
     server: stack.LiveKitServer,
     name: str,
     calls: Sequence[Call],
+    *,
+    configure_in_file: bool = False,
     **env: str,
 ) -> Deployment:
-    """Run ``calls`` one after another against a fresh worker, then SIGTERM it; record it all."""
+    """Run ``calls`` one after another against a fresh worker, then SIGTERM it; record it all.
+    ``configure_in_file``: the agent file calls ``otel_handoff.configure()`` (no auto variable),
+    and after each call the deployment waits for the call's whole job trace too."""
     started = time.monotonic()
     service = f"support-line-{name}"
     measurements = space.workdir / f"measure-{name}.jsonl"
     caller = Caller(space, server, space.workdir)
+    agent = configured_agent(space.workdir) if configure_in_file else HERE / "agent.py"
+    environment = worker_environment(service, measurements, server, auto=not configure_in_file, **env)
     try:
-        with worker(space, name, worker_environment(service, measurements, server, **env)) as process:
-            deployment = Deployment(name, service, space.workdir, process.pid)
+        with worker(space, name, environment, agent) as process:
+            deployment = Deployment(name, service, space.workdir, process.pid, environment=environment)
             for number, call in enumerate(calls, 1):
                 room = f"{'crash-' if call.crash else ''}{name}-{number}"
                 answer = caller.call(room, call)
@@ -259,6 +289,11 @@ def deploy(
                     lambda sid=record.sid: delivered(call_spans(traces(jaeger, service), sid), sid),
                     ARRIVAL_SECONDS,
                 )
+                if configure_in_file:  # the job process ends after the call: its root, flushed then
+                    record.job_arrival_s = arrived_within(
+                        lambda sid=record.sid: _complete(call_spans(traces(jaeger, service), sid)),
+                        ARRIVAL_SECONDS,
+                    )
             os.kill(process.pid, signal.SIGTERM)  # as a deployment stops it
             with contextlib.suppress(subprocess.TimeoutExpired):
                 deployment.worker_exit = process.wait(WORKER_STOP_TIMEOUT)

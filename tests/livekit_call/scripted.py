@@ -4,7 +4,8 @@ The room, the WebRTC media, the worker, the job process and every framework path
 only the models answer from a script (the pattern of ``otel_handoff/cli/offline/livekit.py``,
 copied so the agent's process imports nothing of ours):
 
-- :class:`EndpointingSTT` hears speech by its energy and, ``silence`` seconds after it stops,
+- :class:`EndpointingSTT` hears speech where the caller's samples pass 1 % of full scale (the
+  caller times its end of speech the same way) and, ``silence`` seconds after it stops,
   sends a final transcript and the end of speech, as a streaming provider's endpointing does, and
   finalizes at once when flushed (the VAD's end of speech, the session closing);
 - :class:`ScriptedLLM` calls each scripted tool once when it is offered, else replies;
@@ -24,7 +25,7 @@ from livekit import rtc
 from livekit.agents import llm, stt, tts, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions
 
-_SPEECH = 0.01  # a frame this loud (RMS, of full scale) is speech
+_SPEECH = 0.01  # a sample this loud (of full scale) is speech: the caller's own measure of its end
 
 
 class EndpointingSTT(stt.STT):
@@ -89,9 +90,13 @@ class _EndpointingStream(stt.RecognizeStream):
                     else:
                         final("")
                     continue
-                if tones.rms(np.frombuffer(frame.data, dtype=np.int16)) < _SPEECH:
+                samples = np.frombuffer(frame.data, dtype=np.int16)[:: frame.num_channels]
+                voiced = np.flatnonzero(np.abs(samples) > _SPEECH * 32767)
+                if not voiced.size:
                     continue
-                last_speech = time.time()
+                # when its last voiced sample came in (the frame's end came now): the end of speech
+                # a provider reports from the audio's own timeline
+                last_speech = time.time() - (samples.size - 1 - voiced[-1]) / frame.sample_rate
                 if not speaking:
                     speaking = True
                     self._event_ch.send_nowait(

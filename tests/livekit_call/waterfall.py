@@ -1,0 +1,171 @@
+"""Where the caller's silence goes, read from one call's trace alone (``docs/livekit.md``).
+
+From the caller's end of speech to hearing the new agent, each segment runs from the end of the one
+before to a point of a span: LiveKit 1.8's own (``eou_wait``, ``llm_node``, ``function_tool``,
+``tts_node`` and its ``lk.response.ttfb``) and ours (``agent_handoff`` and its phases,
+``agent_handoff.first_speech`` and its ``heard_delay``). Only the caller's end is not traced: it
+has no spans, so its way to the agent is the downlink's estimate, the path reversed (:data:`UPLINK`).
+The test holds the figures to what the caller and the worker measured; :func:`table` prints the
+rows the doc shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from receivers import Span
+
+HANDOFF = "agent_handoff"
+FIRST_SPEECH = "agent_handoff.first_speech"
+HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+PACKET = "agent_handoff.downlink.packet_duration"
+# the caller has no spans: its way to the agent is the downlink's path reversed, less one packet
+# of jitter buffer (the agent starts a talk spurt after silence, the caller's microphone never
+# stops, so the agent's buffer has settled lower)
+UPLINK = "not traced: `heard_delay` less one packet (`agent_handoff.downlink.packet_duration`)"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One row: ``name`` from ``start_us`` to ``end_us``, read from ``source``; a ``part`` lies
+    inside the row above it and is not added again."""
+
+    name: str
+    source: str
+    start_us: float
+    end_us: float
+    part: bool = False
+
+    @property
+    def ms(self) -> float:
+        return (self.end_us - self.start_us) / 1000
+
+
+# the rows' names, in order (the doc's table names the same; parts vary with the handoff)
+SEGMENTS = (
+    "uplink",
+    "endpointing",
+    "LLM chose the transfer",
+    "tool",
+    "tool result to handoff",
+    "agent_handoff",
+    "new agent's LLM",
+    "TTS first audio",
+    "first frame out",
+    "downlink",
+)
+
+
+def end_us(span: Span) -> int:
+    return span["start_us"] + span["duration_us"]
+
+
+def _one(spans: Sequence[Span], what: str, found: list[Span]) -> Span:
+    assert found, f"no {what} in the trace (the spans: {sorted({s['name'] for s in spans})})"
+    return found[0]
+
+
+def waterfall(spans: Sequence[Span], handoff: Span) -> list[Segment]:
+    """The call's segments around ``handoff`` (a tool's handoff of a LiveKit call)."""
+    speech = _one(
+        spans,
+        "first speech linked to the handoff",
+        [s for s in spans if s["name"] == FIRST_SPEECH and handoff["span_id"] in s["links"]],
+    )
+    # a tool's handoff links the function_tool it came from; the tool ran in the triage's agent_turn
+    tool = _one(
+        spans,
+        "function_tool linked to the handoff",
+        [s for s in spans if s["name"] == "function_tool" and s["span_id"] in handoff["links"]],
+    )
+    turn = _one(spans, "agent_turn the tool ran in", [s for s in spans if s["span_id"] == tool["parent_id"]])
+    model = _one(
+        spans,
+        "llm_node of that turn",
+        [s for s in spans if s["parent_id"] == turn["span_id"] and s["name"] == "llm_node"],
+    )
+    # the user turn's end: LiveKit starts eou_wait at the speech's end the STT (or VAD) reported
+    eou = _one(
+        spans,
+        "committed eou_wait before that turn",
+        sorted(
+            (
+                s
+                for s in spans
+                if s["name"] == "eou_wait"
+                and s["attributes"].get("lk.eou.outcome") == "committed"
+                and s["start_us"] <= tool["start_us"]
+            ),
+            key=lambda s: -s["start_us"],
+        ),
+    )
+    new_agent = handoff["attributes"].get("agent_handoff.to_agent.name")
+    reply = _one(
+        spans,
+        f"{new_agent}'s first agent_turn",
+        sorted(
+            (
+                s
+                for s in spans
+                if s["name"] == "agent_turn"
+                and s["attributes"].get("gen_ai.agent.name") == new_agent
+                and s["start_us"] >= handoff["start_us"]
+            ),
+            key=lambda s: s["start_us"],
+        ),
+    )
+    replied = [s for s in spans if s["parent_id"] == reply["span_id"]]
+    reply_model = _one(spans, f"{new_agent}'s llm_node", [s for s in replied if s["name"] == "llm_node"])
+    voice = _one(spans, f"{new_agent}'s tts_node", [s for s in replied if s["name"] == "tts_node"])
+    ttfb = voice["attributes"].get("lk.response.ttfb")
+    heard = speech["attributes"].get(HEARD_DELAY)
+    assert ttfb is not None and heard is not None, (voice["attributes"], speech["attributes"])
+
+    packet = speech["attributes"].get(PACKET)
+    assert ttfb is not None and heard is not None and packet is not None, (voice, speech)
+
+    spoke_us = eou["start_us"]
+    rows = [Segment("uplink", UPLINK, spoke_us - (heard - packet) * 1e6, spoke_us)]
+    cursor = spoke_us
+    for name, source, until in (
+        (
+            "endpointing",
+            "`eou_wait`: from the end of speech the STT (or VAD) reported to the turn's end",
+            end_us(eou),
+        ),
+        ("LLM chose the transfer", "to the end of that turn's `llm_node`", end_us(model)),
+        ("tool", "to the end of `function_tool`", end_us(tool)),
+        ("tool result to handoff", "to the start of `agent_handoff`", handoff["start_us"]),
+        (HANDOFF, "`agent_handoff`", end_us(handoff)),
+        ("new agent's LLM", "to the end of the new agent's `llm_node`", end_us(reply_model)),
+        ("TTS first audio", "to `tts_node`'s start + its `lk.response.ttfb`", voice["start_us"] + ttfb * 1e6),
+        ("first frame out", "to the end of `agent_handoff.first_speech`", end_us(speech)),
+    ):
+        end = max(cursor, until)  # what ran before (a preemptive generation) adds nothing
+        rows.append(Segment(name, source, cursor, end))
+        if name == HANDOFF:
+            phases = sorted(
+                (s for s in spans if s["parent_id"] == handoff["span_id"]), key=lambda s: s["start_us"]
+            )
+            rows.extend(
+                Segment(
+                    p["name"].removeprefix(HANDOFF + "."), f"`{p['name']}`", p["start_us"], end_us(p), True
+                )
+                for p in phases
+            )
+        cursor = end
+    rows.append(Segment("downlink", "`agent_handoff.first_speech.heard_delay`", cursor, cursor + heard * 1e6))
+    return rows
+
+
+def table(rows: Sequence[Segment]) -> str:
+    """The doc's table: each row's figure and where it ends, from the caller's end of speech."""
+    origin = rows[0].start_us
+    lines = ["| segment | from the trace | ms | at ms |", "|---|---|--:|--:|"]
+    for row in rows:
+        name = f"↳ {row.name}" if row.part else row.name
+        lines.append(f"| {name} | {row.source} | {row.ms:.1f} | {(row.end_us - origin) / 1000:.1f} |")
+    total = rows[-1].end_us - origin
+    lines.append(f"| **end of speech → heard** | | **{total / 1000:.1f}** | |")
+    return "\n".join(lines)
