@@ -31,6 +31,7 @@ import inspect
 import json
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import netns
@@ -66,6 +67,8 @@ CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new agent's first fra
 HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
 GAP_US = 1_000  # uncovered time between a handoff's phases
 ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
+# the handoff's phases (docs/livekit.md, the span model)
+PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "resume", "on_enter")
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
@@ -360,6 +363,17 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
             if abs(off_us) > tolerance:
                 problems.append(f"{call.room}: {name} {off_us / 1000:+.1f} ms from what was measured")
     assert not problems, "\n".join(problems)
+
+
+def test_the_docs_waterfall_names_the_segments_the_trace_gives() -> None:
+    """``docs/livekit.md``'s waterfall (figures pasted from a run of this file) has the rows
+    :func:`waterfall` builds, in its order: the milliseconds vary from run to run, the rows not."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "livekit.md").read_text()
+    section = doc.split("## A real call: where the caller's silence goes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    named = [row for row in rows if row not in ("segment", "**end of speech → heard**")]
+    assert [row for row in named if not row.startswith("↳")] == list(SEGMENTS), named
+    assert all(row.removeprefix("↳ ") in PHASE_NAMES for row in named if row.startswith("↳")), named
 
 
 # --- processes -----------------------------------------------------------------------------------------
