@@ -73,11 +73,13 @@ E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
-# one breath each (a pause would end the turn early), of different lengths
+# one breath each (a pause would end the turn early), of different lengths; none ends on a
+# fricative, whose noise Opus spreads over its 20 ms packet: the end of speech the agent hears
+# would move by up to a packet from the caller's, and the waterfall's uplink with it
 CALLS = (
     Call("I need help with my bill"),
     Call("I have a question about the invoice I received last week", linger=0.5),
-    Call("I was charged twice this month and I would like someone to look at my bill please", linger=1.5),
+    Call("I was charged twice this month and I would like someone to look at my bill", linger=1.5),
 )
 RUNS = {
     "batch": (CALLS, {}),
@@ -322,16 +324,21 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
             if r.part
             and not (whole["start_us"] - ROUNDING_US <= r.start_us <= r.end_us <= end_us(whole) + ROUNDING_US)
         ]
-        reply = next(
-            s
-            for s in call.spans
-            if s["name"] == "agent_turn"
-            and "lk.e2e_latency" in s["attributes"]
-            and s["start_us"] >= whole["start_us"]
+        e2e = next(
+            (
+                s["attributes"]["lk.e2e_latency"]
+                for s in call.spans
+                if s["name"] == "agent_turn"
+                and "lk.e2e_latency" in s["attributes"]
+                and s["start_us"] >= whole["start_us"]
+            ),
+            None,
         )
-        e2e_us = reply["attributes"]["lk.e2e_latency"] * 1e6
+        e2e_us = None if e2e is None else e2e * 1e6
         ours_us = main["first frame out"].end_us - main["endpointing"].start_us
-        if abs(ours_us - e2e_us) > E2E_TOLERANCE_US:
+        if e2e_us is None:
+            problems.append(f"{call.room}: no agent_turn with lk.e2e_latency after the handoff")
+        elif abs(ours_us - e2e_us) > E2E_TOLERANCE_US:
             problems.append(
                 f"{call.room}: end of speech → first frame {ours_us / 1000:.1f} ms,"
                 f" lk.e2e_latency {e2e_us / 1000:.1f} ms"

@@ -5,7 +5,8 @@ only the models answer from a script (the pattern of ``otel_handoff/cli/offline/
 copied so the agent's process imports nothing of ours):
 
 - :class:`EndpointingSTT` hears speech where the caller's samples pass 1 % of full scale (the
-  caller times its end of speech the same way) and, ``silence`` seconds after it stops,
+  caller times its end of speech the same way), reports its end on the audio's own timeline
+  and, ``silence`` seconds after it stops,
   sends a final transcript and the end of speech, as a streaming provider's endpointing does, and
   finalizes at once when flushed (the VAD's end of speech, the session closing);
 - :class:`ScriptedLLM` calls each scripted tool once when it is offered, else replies;
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -65,6 +67,7 @@ class _EndpointingStream(stt.RecognizeStream):
         speaking = False
         last_speech = 0.0
         endpoint: asyncio.TimerHandle | None = None
+        timeline = _Timeline()
 
         def final(text: str) -> None:
             words = stt.SpeechData(language="en", text=text, confidence=1.0)
@@ -91,12 +94,11 @@ class _EndpointingStream(stt.RecognizeStream):
                         final("")
                     continue
                 samples = np.frombuffer(frame.data, dtype=np.int16)[:: frame.num_channels]
+                frame_start = timeline.add(samples.size, frame.sample_rate)
                 voiced = np.flatnonzero(np.abs(samples) > _SPEECH * 32767)
                 if not voiced.size:
                     continue
-                # when its last voiced sample came in (the frame's end came now): the end of speech
-                # a provider reports from the audio's own timeline
-                last_speech = time.time() - (samples.size - 1 - voiced[-1]) / frame.sample_rate
+                last_speech = frame_start + (voiced[-1] + 1) / frame.sample_rate
                 if not speaking:
                     speaking = True
                     self._event_ch.send_nowait(
@@ -111,6 +113,28 @@ class _EndpointingStream(stt.RecognizeStream):
         finally:
             if endpoint is not None:
                 endpoint.cancel()
+
+
+class _Timeline:
+    """When each sample of the stream came in, on the audio's own timeline, as a provider reports
+    the end of speech (LiveKit adds a transcript's ``end_time`` to when the input started): not
+    when this process got to the frame, which a busy machine delays by up to hundreds of ms. The
+    stream's start is the earliest any frame of the last ``window`` seconds implies: a frame read
+    late implies a later one, the frames that came in on time the true one."""
+
+    def __init__(self, window: float = 1.0) -> None:
+        self.window = window
+        self.samples = 0
+        self._starts: deque[tuple[float, float]] = deque()  # (read at, the start it implies)
+
+    def add(self, count: int, rate: int) -> float:
+        """Take ``count`` samples read now; the wall-clock time of the first of them."""
+        now = time.time()
+        self.samples += count
+        self._starts.append((now, now - self.samples / rate))
+        while self._starts[0][0] < now - self.window:
+            self._starts.popleft()
+        return min(start for _, start in self._starts) + (self.samples - count) / rate
 
 
 def _tool_name(tool: Any) -> str | None:
