@@ -73,13 +73,11 @@ E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
-# one breath each (a pause would end the turn early), of different lengths; none ends on a
-# fricative, whose noise Opus spreads over its 20 ms packet: the end of speech the agent hears
-# would move by up to a packet from the caller's, and the waterfall's uplink with it
+# one breath each (a pause would end the turn early), of different lengths
 CALLS = (
     Call("I need help with my bill"),
     Call("I have a question about the invoice I received last week", linger=0.5),
-    Call("I was charged twice this month and I would like someone to look at my bill", linger=1.5),
+    Call("I was charged twice this month and I would like someone to look at my bill please", linger=1.5),
 )
 RUNS = {
     "batch": (CALLS, {}),

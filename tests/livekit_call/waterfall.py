@@ -20,9 +20,9 @@ HANDOFF = "agent_handoff"
 FIRST_SPEECH = "agent_handoff.first_speech"
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
-# the caller has no spans: its way to the agent is the downlink's path reversed, less one packet
-# of jitter buffer (the agent starts a talk spurt after silence, the caller's microphone never
-# stops, so the agent's buffer has settled lower)
+# the caller has no spans: its way to the agent is the downlink's path reversed, less one packet of
+# jitter buffer (the caller's buffer meets the new agent's voice as a talk spurt after silence; the
+# agent's has settled on a microphone that never stops sending)
 UPLINK = "not traced: `heard_delay` less one packet (`agent_handoff.downlink.packet_duration`)"
 
 
