@@ -28,6 +28,7 @@ else
     "openai-agents==0.21.0|$PY311" "openai-agents==0.24.0|$PY311" "openai-agents|$PY311"
     "google-adk==1.39.1|$PY311" "google-adk==2.0.0|$PY311" "google-adk|$PY311"
     "langgraph==1.1.5|$PY311" "langgraph==1.1.10|$PY311" "langgraph|$PY311"
+    "llama-index-core==0.12.45|$PY311" "llama-index-core==0.13.6|$PY311" "llama-index-core|$PY311"
   )
 fi
 
@@ -52,6 +53,8 @@ for cell in "${CELLS[@]}"; do
     # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
     google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py)
       extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
+    # openinference's LlamaIndex instrumentation beside ours, on every release it takes
+    llama-index-core) tests=(tests/test_llama_index.py); extra=(openinference-instrumentation-llama-index) ;;
     *) echo "unknown framework in $spec"; exit 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

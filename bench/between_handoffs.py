@@ -9,7 +9,7 @@ does not move. Each path runs in each state where it runs: no handoff in flight,
 
 Goal (issue 29): (C - A) per event <= 1.0 % of A per event, on every path, in every state.
 
-    python bench/between_handoffs.py                           # LangGraph
+    python bench/between_handoffs.py                           # LangGraph, LlamaIndex
     .venv-google-adk/bin/python bench/between_handoffs.py      # Google ADK (its own environment)
 
 Each run measures the frameworks installed where it runs and keeps the others' last rows.
@@ -98,6 +98,20 @@ def _paths() -> list[Path_]:
             Path_("langgraph", "each streamed token", "after a handoff", tokens(True), lang),
             Path_("langgraph", "each node step", "no handoff", steps(False), lang),
             Path_("langgraph", "each node step", "after a handoff", steps(True), lang),
+        ]
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.llama_index import LlamaIndexHandoffInstrumentor
+
+        llama = LlamaIndexHandoffInstrumentor
+        found += [
+            Path_("llama-index", "each streamed chunk", "no handoff", _llama_chunks(False), llama),
+            Path_("llama-index", "each streamed chunk", "after a handoff", _llama_chunks(True), llama),
+            Path_("llama-index", "each agent step (a tool call)", "no handoff", _llama_steps(False), llama),
+            Path_(
+                "llama-index", "each agent step (a tool call)", "after a handoff", _llama_steps(True), llama
+            ),
         ]
     except ImportError:
         pass
@@ -374,6 +388,70 @@ def _pipecat_audio(state: str) -> Callable[[int], Awaitable[Any]]:
             spoken = [] if state == "awaiting" else ["Done."]  # awaiting: the new node stays silent
             steps, replies = [pf.user_says("on"), audio(n)], ["Hello.", [("go_next", {})], *spoken]
         await pf.run_flow(greeting(), replies, steps, until=lambda _: output.audio_in >= n, output=output)
+
+    return run
+
+
+def _llama_chunks(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """n streamed chunks of an answer (``stream_events()``), by billing after a handoff."""
+    from otel_handoff.cli.offline import llama_index as li
+
+    async def run(n: int) -> None:
+        answer = {"text": " ".join(["w"] * n)}
+        if transfer:
+            workflow = li.make_workflow([li.handoff_call("billing", "call-1")], [answer], latency=0.0)
+        else:
+            workflow = li.make_workflow([answer], [], latency=0.0)
+        await li.run(workflow, "Why?")
+
+    return run
+
+
+def _llama_steps(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """n agent steps, each a call of a plain tool (after a handoff: billing's)."""
+    from llama_index.core.agent.workflow import AgentWorkflow, FunctionAgent
+
+    from otel_handoff.cli.offline import llama_index as li
+
+    def lookup(invoice: str) -> str:
+        """Look an invoice up."""
+        return "paid"
+
+    async def run(n: int) -> None:
+        steps = [{"tool": "lookup", "id": f"call-{i}", "args": {"invoice": "42"}} for i in range(n)]
+        answer = {"text": "Paid."}
+        script = [li.handoff_call("billing", "call-h")] if transfer else [*steps, answer]
+        triage = FunctionAgent(
+            name="triage",
+            description="Routes.",
+            llm=li.ScriptedLLM(script, latency=0.0),
+            tools=[lookup],
+            can_handoff_to=["billing"],
+        )
+        billing = FunctionAgent(
+            name="billing",
+            description="Invoices.",
+            llm=li.ScriptedLLM([*steps, answer], latency=0.0),
+            tools=[lookup],
+        )
+        workflow = AgentWorkflow(agents=[triage, billing], root_agent="triage")
+        await li.run(workflow, "Why?", max_iterations=10 * n)
+
+    return run
+
+
+def _strands_tokens(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """A swarm whose answering agent streams n words: triage itself, or billing after a handoff
+    (with triage's drain)."""
+    from otel_handoff.cli.offline import strands as st
+
+    async def run(n: int) -> None:
+        answer = {"text": " ".join(["word"] * n)}
+        if transfer:
+            swarm = st.swarm([{"handoff": "billing"}, {"text": "Over to billing."}], [answer], latency=0.0)
+        else:
+            swarm = st.swarm([answer], latency=0.0)
+        await st.stream(swarm)
 
     return run
 

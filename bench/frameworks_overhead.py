@@ -44,7 +44,14 @@ from otel_handoff.core import schema as sc
 RESULTS = Path(__file__).resolve().parent / "results"
 # (C - A) / F per framework: issue 29's guards, which a change must not break (Pipecat's first
 # speech is observed per bot speech; the rest is the SDK making the spans and points we promise)
-GUARDS = {"ag2": 1.40, "openai-agents": 1.40, "pipecat-flows": 1.5, "google-adk": 1.40, "langgraph": 1.40}
+GUARDS = {
+    "ag2": 1.40,
+    "openai-agents": 1.40,
+    "pipecat-flows": 1.5,
+    "google-adk": 1.40,
+    "langgraph": 1.40,
+    "llama-index": 1.40,
+}
 
 
 @dataclass
@@ -132,6 +139,22 @@ def _scenarios() -> list[Scenario]:
         found.append(
             Scenario(
                 "langgraph", "supervisor, delegation + hand-back", supervised, LangGraphHandoffInstrumentor, 2
+            )
+        )
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.cli.offline import llama_index as li
+        from otel_handoff.llama_index import LlamaIndexHandoffInstrumentor
+
+        async def agent_workflow() -> None:
+            answer = {"text": "Billing here: your last invoice was paid."}
+            workflow = li.make_workflow([li.handoff_call("billing", "call-1")], [answer], latency=0.0)
+            await li.run(workflow, "Why?")
+
+        found.append(
+            Scenario(
+                "llama-index", "AgentWorkflow, 1 handoff", agent_workflow, LlamaIndexHandoffInstrumentor, 1
             )
         )
     except ImportError:

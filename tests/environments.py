@@ -3,7 +3,8 @@
 google-adk caps opentelemetry-sdk (2.13: <= 1.44) below what livekit-agents 1.8 needs (1.45), so
 no single environment holds both. The suite makes ``.venv-google-adk`` beside ``.venv-test`` (once;
 again when pyproject.toml or the requirements here change), with everything ADK's tests use,
-resolved in one pip call so the pins hold.
+resolved in one pip call so the pins hold. strands-agents holds opentelemetry below the suite's
+(``STRANDS_REQUIREMENTS``): ``.venv-strands`` likewise.
 """
 
 from __future__ import annotations
@@ -61,8 +62,23 @@ def _run(command: list[str]) -> None:
     assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
 
 
+# strands-agents needs opentelemetry-instrumentation-threading, whose newest release (0.66b1) holds
+# opentelemetry-api and -sdk at 1.45.1, below the suite's: pip would move them down
+STRANDS_REQUIREMENTS = [
+    "-e",
+    ".[strands]",
+    "opentelemetry-distro",  # what opentelemetry-instrument users install
+    "pytest>=8",
+    "pytest-asyncio>=0.24",
+    "hypothesis>=6",
+    "pyyaml>=6",
+]
+
 # framework key -> (its environment's folder, what it holds)
-OWN_ENVIRONMENTS = {"google-adk": (".venv-google-adk", ADK_REQUIREMENTS)}
+OWN_ENVIRONMENTS = {
+    "google-adk": (".venv-google-adk", ADK_REQUIREMENTS),
+    "strands": (".venv-strands", STRANDS_REQUIREMENTS),
+}
 
 
 def python_for(framework: str) -> str:

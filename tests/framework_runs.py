@@ -141,12 +141,30 @@ def langgraph_handoffs() -> None:
         lg.run_sync(builder.compile(), thread=None)
 
 
+def llama_index_handoffs() -> None:
+    """An AgentWorkflow handoff; one to an agent the workflow lacks: rejected; a new agent whose
+    model fails: an error."""
+    import asyncio
+
+    from otel_handoff.cli.offline import llama_index as li
+
+    answer = {"text": "Paid."}
+    asyncio.run(
+        li.run(li.make_workflow([li.handoff_call("billing", "call-1")], [answer], latency=0.0), "Why?")
+    )
+    refused = li.make_workflow([li.handoff_call("refunds", "call-2"), answer], [], latency=0.0)
+    asyncio.run(li.run(refused, "Refund"))
+    with pytest.raises(IndexError):  # billing's script is empty
+        asyncio.run(li.run(li.make_workflow([li.handoff_call("billing", "call-3")], [], latency=0.0), "Why?"))
+
+
 FRAMEWORK_RUNS = {
     "livekit-agents": livekit_handoffs,
     "ag2": ag2_handoffs,
     "pipecat-flows": pipecat_handoffs,
     "openai-agents": openai_agents_handoffs,
     "langgraph": langgraph_handoffs,
+    "llama-index": llama_index_handoffs,
 }
 
 
@@ -155,6 +173,7 @@ def framework_instrumentors() -> list[Any]:
     from otel_handoff.ag2 import AG2HandoffInstrumentor
     from otel_handoff.langgraph import LangGraphHandoffInstrumentor
     from otel_handoff.livekit import LiveKitHandoffInstrumentor
+    from otel_handoff.llama_index import LlamaIndexHandoffInstrumentor
     from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
     from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
@@ -164,4 +183,5 @@ def framework_instrumentors() -> list[Any]:
         PipecatFlowsHandoffInstrumentor,
         OpenAIAgentsHandoffInstrumentor,
         LangGraphHandoffInstrumentor,
+        LlamaIndexHandoffInstrumentor,
     ]

@@ -17,7 +17,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 OVERHEAD_PAGE = (ROOT / "docs" / "overhead.md").read_text()
-EVERY_FRAMEWORK = {"livekit", "ag2", "pipecat-flows", "openai-agents", "google-adk", "langgraph"}
+EVERY_FRAMEWORK = {
+    "livekit",
+    "ag2",
+    "pipecat-flows",
+    "openai-agents",
+    "google-adk",
+    "langgraph",
+    "llama-index",
+}
 
 sys.path.insert(0, str(ROOT / "bench"))  # the benches import their siblings by name
 import between_handoffs  # noqa: E402

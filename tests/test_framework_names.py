@@ -46,8 +46,8 @@ PARTIAL: list[tuple[str, str, frozenset[str], str]] = [
     (
         "docs/overhead.md",
         "What changed: Pipecat's first speech",
-        frozenset({"openai-agents", "google-adk"}),
-        "what the overhead work changed, framework by framework: nothing of these two's own",
+        frozenset({"openai-agents", "google-adk", "strands"}),
+        "what the overhead work changed, framework by framework: nothing of these frameworks' own",
     ),
 ]
 

@@ -38,6 +38,7 @@ DEMOS = {  # framework -> the framework's own span each handoff hangs under, at 
     "openai-agents": None,  # the realtime handoff is a root; the text chain hangs off our chat root
     "google-adk": "invoke_",  # ADK's invoke_workflow (text, node runtime) and invoke_agent (live)
     "langgraph": None,  # LangGraph makes no spans: each handoff is a root without an app span
+    "llama-index": None,  # LlamaIndex makes no OpenTelemetry spans: each handoff is a root, likewise
 }
 # Jaeger keeps span times in microseconds (start and duration each truncated): a duration read
 # back may differ from the exported one by less than 2 µs

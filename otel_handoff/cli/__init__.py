@@ -26,6 +26,11 @@ _DEMOS = {
     ),
     "google-adk": ("demo_google_adk", "run_google_adk_demo", "a Google ADK text run and live session"),
     "langgraph": ("demo_langgraph", "run_langgraph_demo", "a LangGraph swarm and supervisor delegation"),
+    "llama-index": (
+        "demo_llama_index",
+        "run_llama_index_demo",
+        "a LlamaIndex AgentWorkflow handoff and a refused one",
+    ),
 }
 
 

@@ -155,6 +155,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="langgraph",
         duration="the handoff tool's start (a hand-back: the worker's end) to the new agent's first output",
     ),
+    Framework(
+        key="llama-index",
+        title="LlamaIndex (AgentWorkflow handoffs)",
+        entry_point="llama_index_handoff",
+        instrumentor="otel_handoff.llama_index:LlamaIndexHandoffInstrumentor",
+        extra="llama-index",
+        extra_requires=("llama-index-core>=0.12.45",),
+        instruments=("llama-index-core>=0.12.45",),
+        distributions=("llama-index-core",),
+        modules=("llama_index.core",),  # llama_index itself is a namespace package
+        starts_at=(("llama_index.core.agent.workflow.multi_agent_workflow", "AgentWorkflow.run"),),
+        demo_module="llama_index.core.agent.workflow",
+        span_framework="llama-index",
+        duration="the handoff tool's call to the new agent's first output",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}

@@ -302,6 +302,20 @@ FRAMEWORK_LANGGRAPH = "langgraph"
 TRIGGER_HANDBACK = "handback"  # a worker's static edge back to its supervisor
 REJECTED_TARGET_NOT_RUN = "target_not_run"  # the graph ended without running the handoff's target
 
+# --- Strands Agents ---------------------------------------------------------------------------
+# a Swarm's handoff_to_agent tool: the swarm switches once the old agent's turn ends
+FRAMEWORK_STRANDS = "strands"
+# the old agent's model calls after the handoff tool, before its turn ended (0: the app ended it)
+DRAIN_MODEL_CALLS = "agent_handoff.drain.model_calls"
+SUPERSEDED_COUNT = "agent_handoff.superseded_count"  # other handoff calls of the turn, not taken
+# why the swarm stopped before running the target (its own limits, or a hook cancelling the node)
+REJECTED_MAX_HANDOFFS = "max_handoffs"
+REJECTED_MAX_ITERATIONS = "max_iterations"
+REJECTED_EXECUTION_TIMEOUT = "execution_timeout"
+REJECTED_REPETITIVE_HANDOFF = "repetitive_handoff"
+REJECTED_NODE_CANCELLED = "node_cancelled"
+ERROR_HANDOFF_TOOL = "handoff_tool_error"  # the handoff tool failed for a known agent (its error result)
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
