@@ -69,6 +69,9 @@ GAP_US = 1_000  # uncovered time between a handoff's phases
 ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
 # the handoff's phases (docs/livekit.md, the span model)
 PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "resume", "on_enter")
+# the uplink's estimate against the caller: the agent's jitter buffer for the caller's stream, which
+# no span reports, held 30 to 70 ms in these calls (the whole is still held to HEARD_TOLERANCE_S)
+UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
@@ -305,8 +308,9 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
     """The trace's waterfall (``livekit_call/waterfall.py``, the doc's table) has its segments in
     order and the handoff's phases inside the handoff; from the end of speech to the
     first frame out it is LiveKit's own ``lk.e2e_latency`` (2 ms); the first frame goes out at the
-    worker's capture (5 ms); the uplink and downlink estimates are within 30 ms of what the caller
-    and the worker measured, and so is the whole, from the caller's end of speech to its hearing.
+    worker's capture (5 ms); the downlink estimate is within 30 ms of what the caller and the worker
+    measured, the uplink's within 40 ms, and the whole, from the caller's end of speech to its
+    hearing, within 30 ms.
     The uplink is held to the caller only where the STT's endpointing ended the turn: Silero's end
     of speech is its own estimate, not the caller's."""
     problems = []
@@ -355,7 +359,7 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
                 (
                     "uplink",
                     main["uplink"].ms * 1000 - (main["endpointing"].start_us - spoken),
-                    HEARD_TOLERANCE_S * 1e6,
+                    UPLINK_TOLERANCE_S * 1e6,
                 ),
                 (
                     "end of speech → heard",
