@@ -172,7 +172,9 @@ def test_no_framework_installed_warns_once(
         "otel-handoff: OTEL_HANDOFF_AUTO_INSTRUMENT is set but no supported framework is installed; "
         f"{any_hint()}. Nothing is traced."
     ]
-    assert any_hint().endswith("[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph])")
+    assert any_hint().endswith(
+        "[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph], [llama-index])"
+    )
 
 
 def test_the_start_up_hook_is_installed() -> None:
