@@ -98,6 +98,30 @@ def test_a_refused_handoff_is_rejected_with_the_extra_model_call(
     assert (first_output.end_time - first_output.start_time) / 1e9 > 0.05  # triage asked again
 
 
+def test_a_react_agents_handoff_is_traced_alike(traced: Spans) -> None:
+    """ReActAgent asks for the tool in its text (``Action: handoff``) and calls its model without tools."""
+    import json
+
+    from llama_index.core.agent.workflow import AgentWorkflow, ReActAgent
+
+    action = {"to_agent": "billing", "reason": REASON}
+    step = {"text": f"Thought: billing should answer.\nAction: handoff\nAction Input: {json.dumps(action)}"}
+    answer = {"text": "Thought: I can answer without using any more tools.\nAnswer: Paid."}
+    triage = ReActAgent(
+        name="triage", description="Routes.", llm=li.ScriptedLLM([step]), can_handoff_to=["billing"]
+    )
+    billing = ReActAgent(name="billing", description="Invoices.", llm=li.ScriptedLLM([answer], latency=0.1))
+    workflow = AgentWorkflow(agents=[triage, billing], root_agent="triage")
+    result, _ = asyncio.run(li.run(workflow, "Why?"))
+    assert result.current_agent_name == "billing"
+    [handoff] = traced.handoffs()
+    a = handoff.attributes
+    assert (a[sc.FROM_AGENT_NAME], a[sc.TO_AGENT_NAME], a[sc.OUTCOME]) == ("triage", "billing", "completed")
+    assert phases(traced, handoff) == PHASES
+    [first_output] = traced.children(handoff, sc.SPAN_FIRST_OUTPUT)
+    assert (first_output.end_time - first_output.start_time) / 1e9 > 0.09  # billing's model call
+
+
 def test_several_handoff_calls_in_one_response_are_one_span_for_the_one_taken(traced: Spans) -> None:
     both = [li.handoff_call("refunds", "call-a"), li.handoff_call("billing", "call-b")]
     workflow = li.make_workflow([both], [ANSWER])
@@ -184,21 +208,32 @@ class AppHandler(BaseEventHandler):
         self.seen.append(type(event).__name__)
 
 
-def _observe() -> tuple[Any, list[Any], list[str]]:
+def _observe() -> tuple[Any, ...]:
+    """What the app sees of a run with a refused and a taken handoff: the result, the streamed
+    events, what its own dispatcher handler receives, the memory and the workflow's state after."""
     handler = AppHandler(seen=[])
     root = get_dispatcher()
     root.add_event_handler(handler)
-    try:
+
+    async def run() -> tuple[Any, ...]:
         workflow = li.make_workflow(
-            [li.handoff_call("refunds", "call-0"), li.handoff_call("billing", "call-1")], [ANSWER]
+            [li.handoff_call("refunds", "call-0"), li.handoff_call("billing", "call-1")],
+            [ANSWER],
+            can_handoff_to=("billing",),
         )
-        result, events = asyncio.run(li.run(workflow, "Why?"))
+        memory = Memory.from_defaults(session_id="session-1", token_limit=40000)
+        run = workflow.run(user_msg="Why?", memory=memory, initial_state={"invoice": 4711})
+        events = [(type(e).__name__, e.model_dump_json()) for e in [e async for e in run.stream_events()]]
+        result = await run
+        messages = [m.model_dump_json() for m in await memory.aget_all()]
+        state = await run.ctx.store.get("state")
+        return str(result.response), events, messages, state
+
+    try:
+        seen = asyncio.run(run())
     finally:
         root.event_handlers.remove(handler)
-    shown = [
-        (type(e).__name__, e.model_dump_json() if hasattr(e, "model_dump_json") else repr(e)) for e in events
-    ]
-    return str(result.response), shown, handler.seen
+    return (*seen, handler.seen)
 
 
 def dispatchers() -> tuple[Any, ...]:
