@@ -29,6 +29,7 @@ else
     "google-adk==1.39.1|$PY311" "google-adk==2.0.0|$PY311" "google-adk|$PY311"
     "langgraph==1.1.5|$PY311" "langgraph==1.1.10|$PY311" "langgraph|$PY311"
     "llama-index-core==0.12.45|$PY311" "llama-index-core==0.13.6|$PY311" "llama-index-core|$PY311"
+    "strands-agents==1.17.0|$PY311" "strands-agents==1.40.0|$PY311" "strands-agents|$PY311"
   )
 fi
 
@@ -55,6 +56,9 @@ for cell in "${CELLS[@]}"; do
       extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     # openinference's LlamaIndex instrumentation beside ours, on every release it takes
     llama-index-core) tests=(tests/test_llama_index.py); extra=(openinference-instrumentation-llama-index) ;;
+    # its own environment in the suite: opentelemetry-instrumentation-threading (newest 0.66b1) holds
+    # the SDK at 1.45.1, and pip, taking the newest exporter first, gives up instead of backtracking
+    strands-agents) tests=(tests/test_strands.py); extra=(pyyaml "opentelemetry-exporter-otlp<=1.45.1") ;;
     *) echo "unknown framework in $spec"; exit 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

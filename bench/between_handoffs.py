@@ -11,6 +11,7 @@ Goal (issue 29): (C - A) per event <= 1.0 % of A per event, on every path, in ev
 
     python bench/between_handoffs.py                           # LangGraph, LlamaIndex
     .venv-google-adk/bin/python bench/between_handoffs.py      # Google ADK (its own environment)
+    .venv-strands/bin/python bench/between_handoffs.py         # Strands Agents (likewise)
 
 Each run measures the frameworks installed where it runs and keeps the others' last rows.
 """
@@ -112,6 +113,16 @@ def _paths() -> list[Path_]:
             Path_(
                 "llama-index", "each agent step (a tool call)", "after a handoff", _llama_steps(True), llama
             ),
+        ]
+    except ImportError:
+        pass
+    try:  # in Strands' own environment (.venv-strands)
+        from otel_handoff.strands import StrandsHandoffInstrumentor
+
+        swarm = StrandsHandoffInstrumentor
+        found += [
+            Path_("strands", "each streamed token", "no handoff", _strands_tokens(False), swarm),
+            Path_("strands", "each streamed token", "after a handoff", _strands_tokens(True), swarm),
         ]
     except ImportError:
         pass

@@ -13,6 +13,7 @@ Guards (issue 29): (C - A) / F <= 1.40 (Pipecat Flows 1.5), reported for every f
     python bench/frameworks_overhead.py            # 5 runs of each scenario
     python bench/frameworks_overhead.py --runs 9
     .venv-google-adk/bin/python bench/frameworks_overhead.py   # Google ADK, in its own environment
+    .venv-strands/bin/python bench/frameworks_overhead.py      # Strands Agents, likewise
 
 Each run measures the frameworks installed where it runs and keeps the others' last rows.
 
@@ -51,6 +52,7 @@ GUARDS = {
     "google-adk": 1.40,
     "langgraph": 1.40,
     "llama-index": 1.40,
+    "strands": 1.40,
 }
 
 
@@ -155,6 +157,20 @@ def _scenarios() -> list[Scenario]:
         found.append(
             Scenario(
                 "llama-index", "AgentWorkflow, 1 handoff", agent_workflow, LlamaIndexHandoffInstrumentor, 1
+            )
+        )
+    except ImportError:
+        pass
+    try:  # in Strands' own environment (.venv-strands): it holds opentelemetry below the suite's
+        from otel_handoff.cli.offline import strands as st
+        from otel_handoff.strands import StrandsHandoffInstrumentor
+
+        async def swarm_with_drain() -> None:
+            await st.stream(st.swarm(latency=0.0, billing_latency=0.0))
+
+        found.append(
+            Scenario(
+                "strands", "swarm, 1 handoff and its drain", swarm_with_drain, StrandsHandoffInstrumentor, 1
             )
         )
     except ImportError:

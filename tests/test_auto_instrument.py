@@ -173,7 +173,8 @@ def test_no_framework_installed_warns_once(
         f"{any_hint()}. Nothing is traced."
     ]
     assert any_hint().endswith(
-        "[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph], [llama-index])"
+        "[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph], [llama-index], "
+        "[strands])"
     )
 
 

@@ -25,6 +25,7 @@ EVERY_FRAMEWORK = {
     "google-adk",
     "langgraph",
     "llama-index",
+    "strands",
 }
 
 sys.path.insert(0, str(ROOT / "bench"))  # the benches import their siblings by name

@@ -205,6 +205,7 @@ APPS = {  # an unmodified app of each framework, whose conversation ends before 
     "google-adk": "offline_google_adk.py",
     "langgraph": "offline_langgraph.py",
     "llama-index": "offline_llama_index.py",
+    "strands": "offline_strands.py",
 }
 # the app runs, then the process stays up (a web-server worker, a frozen serverless handler)
 HOLD_AFTER = (

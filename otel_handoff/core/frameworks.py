@@ -170,6 +170,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="llama-index",
         duration="the handoff tool's call to the new agent's first output",
     ),
+    Framework(
+        key="strands",
+        title="Strands Agents (swarm handoff_to_agent)",
+        entry_point="strands_handoff",
+        instrumentor="otel_handoff.strands:StrandsHandoffInstrumentor",
+        extra="strands",
+        extra_requires=("strands-agents>=1.17.0",),
+        instruments=("strands-agents>=1.17.0",),
+        distributions=("strands-agents",),
+        modules=("strands.multiagent",),
+        starts_at=(("strands.multiagent.swarm", "Swarm.stream_async"),),
+        demo_module="strands.multiagent",
+        span_framework="strands",
+        duration="the handoff tool call to the new agent's first output (the old agent's drain included)",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}
