@@ -31,7 +31,11 @@ _DEMOS = {
         "run_llama_index_demo",
         "a LlamaIndex AgentWorkflow handoff and a refused one",
     ),
-    "strands": ("demo_strands", "run_strands_demo", "a Strands Agents swarm handoff with its drain and without"),
+    "strands": (
+        "demo_strands",
+        "run_strands_demo",
+        "a Strands Agents swarm handoff with its drain and without",
+    ),
 }
 
 
