@@ -51,6 +51,7 @@ def feature_problems() -> list[str]:
     from llama_index.core.agent.workflow import multi_agent_workflow as maw
     from llama_index.core.agent.workflow.workflow_events import AgentInput, AgentOutput, ToolCall
     from llama_index.core.instrumentation.events import llm
+    from llama_index.core.memory import Memory  # noqa: F401  (read at make_telemetry())
 
     problems = []
     handoff = getattr(maw, "handoff", None)
@@ -87,13 +88,9 @@ class LlamaIndexHandoffInstrumentor(HandoffInstrumentor):
     def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from llama_index.core.instrumentation import get_dispatcher
         from llama_index.core.instrumentation.event_handlers import BaseEventHandler
+        from llama_index.core.memory import Memory  # its session_id: the conversation
 
         from ._handoffs import AWAITED, WorkflowTelemetry, chat_event
-
-        try:
-            from llama_index.core.memory import Memory
-        except ImportError:  # before Memory: ChatMemoryBuffer only, which names no session
-            Memory = None
 
         class HandoffListener(BaseEventHandler):
             """Ours on the LLM callbacks' dispatcher while a step awaits a handoff's first output."""
