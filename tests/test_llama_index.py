@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -263,18 +264,23 @@ def test_the_app_sees_the_same_events_result_and_dispatcher_events(instrument: A
     assert len(spans.all()) == spans_before
 
 
-def test_beside_openinference_in_one_trace(instrument: Any, spans: Spans, provider: Any) -> None:
+@pytest.mark.parametrize("apps_span", [True, False])
+def test_beside_openinference_in_one_trace(
+    instrument: Any, spans: Spans, provider: Any, apps_span: bool
+) -> None:
+    """Under the app's span; without one, in openinference's trace, where the handoff's tool ran."""
     openinference = pytest.importorskip("openinference.instrumentation.llama_index")
     if int(version().split(".")[1]) < 14:  # 0.x: its minor is the release line
-        pytest.skip(
-            "openinference's LlamaIndex instrumentation 4.6 records no span before 0.14, without us too"
-        )
+        pytest.skip("openinference 4.6 records no LlamaIndex span before 0.14, without us too")
     other = openinference.LlamaIndexInstrumentor()
     other.instrument(tracer_provider=provider)
     try:
         instrument(LlamaIndexHandoffInstrumentor)
-        with provider.get_tracer("app").start_as_current_span("handle request"):
-            asyncio.run(li.run(li.make_workflow([li.handoff_call("billing", "call-1")], [ANSWER]), "Why?"))
+        workflow = li.make_workflow([li.handoff_call("billing", "call-1")], [ANSWER])
+        with (
+            provider.get_tracer("app").start_as_current_span("handle request") if apps_span else nullcontext()
+        ):
+            asyncio.run(li.run(workflow, "Why?"))
     finally:
         other.uninstrument()
     [handoff] = spans.handoffs()

@@ -75,8 +75,10 @@ class Call:
     tool_call_id: str | None
     target: str | None  # the tool's to_agent argument, kept only when it names an agent
     start_ns: int
+    # where the tool was called, when the run has no span of the app's around it and another
+    # instrumentation's span is current there (openinference's): its trace is the handoff's
+    parent: otel_context.Context | None = None
     end_ns: int = 0
-    error: BaseException | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -125,7 +127,7 @@ class Handoff:
         self.flow.conversation.emit(
             start_ns=call.start_ns,
             end_ns=end_ns,
-            parent=self.flow.parent,
+            parent=call.parent or self.flow.parent,
             sequence=self.sequence,
             outcome=outcome,
             from_agent=self.from_agent,
@@ -144,11 +146,21 @@ class Flow:
     """One workflow context (its runs, a resumed one included): the handoff calls of the current
     response, the handoff awaiting its first output, and the conversation they count in."""
 
-    __slots__ = ("__weakref__", "agents", "awaited", "calls", "conversation", "from_agent", "parent")
+    __slots__ = (
+        "__weakref__",
+        "agents",
+        "apps_span",
+        "awaited",
+        "calls",
+        "conversation",
+        "from_agent",
+        "parent",
+    )
 
     def __init__(self, conversation: Conversation, parent: otel_context.Context, agents: Any) -> None:
         self.conversation = conversation
         self.parent = parent
+        self.apps_span = bool(parent)  # an empty Context: no span of the app's around the run
         self.agents = agents  # the workflow's agents by name: is a refused target an agent?
         self.from_agent: str | None = None  # whose response asked for a handoff
         self.calls: list[Call] = []
@@ -256,6 +268,7 @@ def _run_started(telemetry: WorkflowTelemetry, workflow: Any, handler: Any, memo
         flow = telemetry.flows[store] = Flow(conversation, current, getattr(workflow, "agents", {}))
     else:  # resumed from its context: the count goes on, under this run's parent
         flow.parent = current
+        flow.apps_span = bool(current)
 
     def done(future: Any) -> None:
         try:
@@ -315,11 +328,19 @@ def wrap_call_tool(telemetry: WorkflowTelemetry) -> Any:
             ev.tool_id if isinstance(ev.tool_id, str) else None,
             target if isinstance(target, str) and target in flow.agents else None,
             time.time_ns(),
+            None if flow.apps_span else _instrumentations_span(),
         )
         flow.calls.append(call)
         return _timed_call(call, wrapped(*args, **kwargs))
 
     return call_tool
+
+
+def _instrumentations_span() -> otel_context.Context | None:
+    """The current context where the tool is called, if a span is current there (another
+    instrumentation's, as openinference's LlamaIndex spans are)."""
+    here = otel_context.get_current()
+    return here if trace.get_current_span(here).get_span_context().is_valid else None
 
 
 async def _timed_call(call: Call, step: Any) -> Any:
