@@ -413,6 +413,18 @@ def test_a_release_without_the_switch_after_the_turn_is_refused(
         instrumentor.uninstrument()
 
 
+def test_instrument_warns_nothing(instrument: Any) -> None:
+    """No import of ours warns (strands' deprecated experimental hook module, say)."""
+    import sys
+    import warnings
+
+    sys.modules.pop("strands.experimental.hooks.multiagent", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        instrument(StrandsHandoffInstrumentor)
+    assert [str(w.message) for w in caught] == []
+
+
 def test_the_installed_release_has_everything() -> None:
     from otel_handoff.strands import shape_problems
 

@@ -67,9 +67,13 @@ def _event_modules() -> list[Any]:
     """Where the release defines the hook events: the multi-agent ones were experimental up to 1.2x."""
     import importlib
 
+    from ._handoffs import HANDLERS
+
     modules = [importlib.import_module("strands.hooks")]
-    with contextlib.suppress(ImportError):
-        modules.append(importlib.import_module("strands.experimental.hooks.multiagent"))
+    if not all(hasattr(modules[0], name) for name in HANDLERS):
+        # only then: importing the experimental module warns (deprecated) where strands.hooks has them
+        with contextlib.suppress(ImportError):
+            modules.append(importlib.import_module("strands.experimental.hooks.multiagent"))
     return modules
 
 
