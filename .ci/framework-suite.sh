@@ -8,8 +8,8 @@
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
-# Wired up: LangGraph and the OpenAI Agents SDK (their source releases ship their tests; Pipecat's
-# does not). A test that needs a package the recipe leaves out fails to collect both ways alike.
+# Wired up: LangGraph, the OpenAI Agents SDK and Strands Agents (their source releases ship their
+# tests; Pipecat's does not). A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -31,12 +31,18 @@ case "$framework" in
           websockets graphviz rich textual cryptography eval-type-backport grpcio "aiohttp>=3.14.3,<4")
     instrumentor="otel_handoff.openai_agents:OpenAIAgentsHandoffInstrumentor"
     ;;
+  strands)  # the distribution is strands-agents; its sdist ships its tests
+    dist=strands-agents
+    deps=(pytest pytest-asyncio pytest-timeout moto tenacity "opentelemetry-exporter-otlp<=1.45.1")
+    instrumentor="otel_handoff.strands:StrandsHandoffInstrumentor"
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
+dist="${dist:-$framework}"
 
 python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install -q "$framework==$release" "${deps[@]}" -e "$repo[$framework]"
-"$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$framework==$release"
+"$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+"$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
 tar xzf "$work"/*.tar.gz -C "$work"
 source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
 cat > "$work/otel_handoff_suite_plugin.py" <<EOF
