@@ -178,6 +178,7 @@ GEN_AI_DEFINED = {
 # agent spans (OpenAI Agents SDK: ended after ours was made, with an earlier time; Google ADK: two
 # levels of agent spans over the transferring agent's, both over before the handoff), ag2's envelopes
 ENDED_LATER_WITH_AN_EARLIER_TIME = (
+    "gcp.vertex.agent",  # Google ADK 1.x's model-call span over a refused transfer (2.x: none)
     "openinference.instrumentation.google_adk",
     "openinference.instrumentation.openai_agents",
     "opentelemetry.instrumentation.ag2",
