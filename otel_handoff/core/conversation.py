@@ -106,9 +106,7 @@ class Conversation:
         """The conversation is over: its root, if it has one, ends now, and its spans leave."""
         if self._root is not None:
             self._root.end(self.handoffs, end_ns, error)
-        if self.handoffs != self._delivered:  # run_ended(), inline: once per conversation
-            self._delivered = self.handoffs
-            delivery.conversation_ended(self.telemetry.tracer)
+        self.run_ended()
 
 
 class Conversations:
