@@ -37,6 +37,8 @@ SESSIONS = 50
 # handoffs per session in each phase: collector up, collector down, collector restarted
 PHASES = {"up": 20, "down": 10, "restarted": 10}
 ROUND_LIMIT = 300  # seconds: a bound on a round, not a performance goal
+EXPORT_TIMEOUT = 5  # seconds per export, retries included
+QUEUE_SIZE = 1 << 16  # spans: more than a round makes
 REQUIRED = (*HANDOFF_ALWAYS, sc.DRAIN_DURATION, sc.CLOSE_DURATION, sc.START_DURATION)
 
 
@@ -140,15 +142,22 @@ async def test_soak_through_a_collector_restart(
     provider = TracerProvider()
     provider.add_span_processor(ledger)
     provider.add_span_processor(open_spans)
+    # the export deadline and queue are sized so that a loaded machine, not the collector, never drops
+    # a span sent while the collector is up; while it is down, each batch gives up after about 3 s
     provider.add_span_processor(
-        BatchSpanProcessor(OTLPSpanExporter(endpoint=rotel.grpc_endpoint, insecure=True, timeout=2))
+        BatchSpanProcessor(
+            OTLPSpanExporter(endpoint=rotel.grpc_endpoint, insecure=True, timeout=EXPORT_TIMEOUT),
+            max_queue_size=QUEUE_SIZE,
+        )
     )
+    probe = provider.get_tracer("soak-probe")
     instrumentor = LiveKitHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     set_tracer_provider(NoOpTracerProvider())  # LiveKit's own spans are not what this soaks
     arrived: dict[str, set[tuple[int, int]]] = {}
     restarted: list[Rotel] = []
     sent_before_restart: list[int] = []
+    probes: list[str] = []
 
     def received_by(collector: Rotel, since: int) -> set[tuple[int, int]]:
         """What `collector` printed, once it has printed every handoff ended since `since`.
@@ -158,16 +167,27 @@ async def test_soak_through_a_collector_restart(
         sent = set(ledger.seen[since:])
         return wait_until(lambda: (keys := handoff_keys(collector)) >= sent and keys, "rotel's log")
 
+    def reconnected(collector: Rotel) -> bool:
+        """Send a probe span and tell whether the collector printed it: the exporter is through."""
+        name = f"soak-probe-{len(probes)}"
+        probes.append(name)
+        probe.start_span(name, context=Context()).end()
+        provider.force_flush(30_000)
+        return any(span["name"] in probes for span in collector.spans())
+
     def between(phase: str) -> None:
         nonlocal rotel
+        if phase == "down":
+            rotel = Rotel.start(tmp_path / "rotel-2", restart=rotel)
+            restarted.append(rotel)
+            # the exporter's channel reconnects in its own time: the next phase starts once it has
+            wait_until(lambda: reconnected(rotel), "the exporter to reach the restarted collector", every=0.5)
+            sent_before_restart.append(len(ledger.seen))
+            return
         assert provider.force_flush(30_000)
         if phase == "up":
             arrived["up"] = received_by(rotel, 0)
             rotel.stop(keep_ports=True)
-        elif phase == "down":
-            rotel = Rotel.start(tmp_path / "rotel-2", restart=rotel)
-            restarted.append(rotel)
-            sent_before_restart.append(len(ledger.seen))
         else:
             arrived["restarted"] = received_by(rotel, sent_before_restart[0])
 
