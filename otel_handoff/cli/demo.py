@@ -170,26 +170,18 @@ async def run_demo(*, export_path: str | os.PathLike[str] | None = None) -> Demo
     JSON Lines.
     """
     tracing = DemoTracing.create(export_path)
-    provider, meter_provider = tracing.provider, tracing.meter_provider
-
     # LiveKit's own spans in the same traces; keep conversation content out of them (1.8+)
     if "allow_pii" in inspect.signature(telemetry.set_tracer_provider).parameters:
-        telemetry.set_tracer_provider(provider, allow_pii=False)
+        telemetry.set_tracer_provider(tracing.provider, allow_pii=False)
     else:
-        telemetry.set_tracer_provider(provider)
+        telemetry.set_tracer_provider(tracing.provider)
 
-    instrumentor = LiveKitHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_demo instruments livekit-agents itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=provider, meter_provider=meter_provider)
     stt = SilentSTT()
     realtime = IdleRealtimeModel(mutable=True, connect_delay=_REALTIME_CONNECT_DELAY)
-    try:
+    with tracing.instrumented(LiveKitHandoffInstrumentor(), "livekit-agents"):
         # each conversation in a task of its own: LiveKit attaches its session's root span as
         # the current context and never detaches it, which would nest the next session in it
         await asyncio.create_task(_pipeline_conversation(stt))
         await asyncio.create_task(_realtime_conversation(realtime))
-    finally:
-        instrumentor.uninstrument()
 
     return tracing.result(stt_streams=stt.streams, realtime_sessions=len(realtime.sessions))

@@ -19,12 +19,6 @@ __all__ = ["run_ag2_demo"]
 async def run_ag2_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run a tool handoff ending in ``Finish`` and a rule-driven ping-pong; return their spans."""
     tracing = DemoTracing.create(export_path)
-    instrumentor = AG2HandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_ag2_demo instruments AG2 itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
+    with tracing.instrumented(AG2HandoffInstrumentor(), "AG2"):
         labels = await demo_workflow(tracer_provider=tracing.provider)
-    finally:
-        instrumentor.uninstrument()
     return tracing.result(labels=labels)

@@ -6,13 +6,16 @@ or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and to an OTLP JSON Lines file
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -142,6 +145,25 @@ class DemoTracing:
         path = os.fspath(export_path) if export_path is not None else None
         built = tuple(exporter for _, exporter in (*spans_out, *metrics_out))
         return cls(provider, memory, meter_provider, path, otlp, otlp_target, built)
+
+    @contextlib.contextmanager
+    def instrumented(
+        self, instrumentor: BaseInstrumentor, framework: str, *, global_provider: bool = False
+    ) -> Iterator[None]:
+        """``instrumentor`` on the demo's providers for the run, uninstrumented after it.
+
+        ``global_provider``: the framework traces on the global provider; when the app set none,
+        the demo's becomes it, so each handoff shows inside the framework's own trace.
+        """
+        if instrumentor.is_instrumented_by_opentelemetry:
+            raise RuntimeError(f"the demo instruments {framework} itself: uninstrument it first")
+        if global_provider and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+            trace.set_tracer_provider(self.provider)
+        instrumentor.instrument(tracer_provider=self.provider, meter_provider=self.meter_provider)
+        try:
+            yield
+        finally:
+            instrumentor.uninstrument()
 
     def result(self, **counts: Any) -> DemoResult:
         """The finished spans, also written to the export file if one was asked for."""

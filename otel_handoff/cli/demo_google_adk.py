@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import os
 
-from opentelemetry import trace
-
 from ..google_adk import GoogleADKHandoffInstrumentor
 from .demo_export import DemoResult, DemoTracing
 from .offline import google_adk as ga
@@ -29,14 +27,7 @@ LIVE_SESSION = "demo-live-session"
 async def run_google_adk_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run the text and the live transfer; return their spans."""
     tracing = DemoTracing.create(export_path)
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
-        # ADK traces on the global provider: the demo's, so each handoff shows inside ADK's trace
-        trace.set_tracer_provider(tracing.provider)
-    instrumentor = GoogleADKHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_google_adk_demo instruments ADK itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
+    with tracing.instrumented(GoogleADKHandoffInstrumentor(), "Google ADK", global_provider=True):
         text = await ga.run_text(
             ga.text_agents(instructions_delay=0.02, billing_latency=0.12),
             consumer_delay=0.02,
@@ -45,8 +36,6 @@ async def run_google_adk_demo(*, export_path: str | os.PathLike[str] | None = No
         live = await ga.run_live(
             ga.live_agents(connect_delay=0.15, first_audio_delay=0.35), session_id=LIVE_SESSION
         )
-    finally:
-        instrumentor.uninstrument()
     for result in (text, live):
         if result.error is not None:
             raise result.error

@@ -26,15 +26,9 @@ SUPERVISOR_THREAD = "demo-supervisor-thread"
 async def run_langgraph_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run the swarm handoff and the supervisor delegation; return their spans."""
     tracing = DemoTracing.create(export_path)
-    instrumentor = LangGraphHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_langgraph_demo instruments LangGraph itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
+    with tracing.instrumented(LangGraphHandoffInstrumentor(), "LangGraph"):
         await lg.run_async(lg.swarm(), thread=SWARM_THREAD, stream_mode="messages")
         await lg.run_async(lg.supervisor(), thread=SUPERVISOR_THREAD)
-    finally:
-        instrumentor.uninstrument()
     return tracing.result(
         labels={
             SWARM_THREAD: "langgraph-swarm: triage hands off to billing (tokens streamed)",

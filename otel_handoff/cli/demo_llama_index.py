@@ -23,11 +23,7 @@ __all__ = ["run_llama_index_demo"]
 async def run_llama_index_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     """Run the handoff and the refused one; return their spans."""
     tracing = DemoTracing.create(export_path)
-    instrumentor = LlamaIndexHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_llama_index_demo instruments LlamaIndex itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
+    with tracing.instrumented(LlamaIndexHandoffInstrumentor(), "LlamaIndex"):
         taken = li.make_workflow(
             [li.handoff_call("billing", "call-billing")],
             [{"text": "Billing here: your invoice was paid twice."}],
@@ -40,6 +36,4 @@ async def run_llama_index_demo(*, export_path: str | os.PathLike[str] | None = N
             latency=0.08,
         )
         await li.run(refused, "Refund my second charge.")
-    finally:
-        instrumentor.uninstrument()
     return tracing.result()

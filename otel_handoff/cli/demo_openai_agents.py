@@ -27,11 +27,7 @@ async def run_openai_agents_demo(*, export_path: str | os.PathLike[str] | None =
     """Run the text chain and the realtime handoff; return their spans."""
     tracing = DemoTracing.create(export_path)
     oa.quiet_sdk_tracing()
-    instrumentor = OpenAIAgentsHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_openai_agents_demo instruments the SDK itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
+    with tracing.instrumented(OpenAIAgentsHandoffInstrumentor(), "the OpenAI Agents SDK"):
         text = oa.TextScenario(
             on_handoff_delay=0.03,
             input_filter_delay=0.01,
@@ -45,8 +41,6 @@ async def run_openai_agents_demo(*, export_path: str | os.PathLike[str] | None =
             old_response_tail=0.3, ack_delay=0.05, audio_delay=0.1
         ) as server:
             await oa.run_websocket_realtime(server, oa.realtime_agents(instructions_delay=0.01))
-    finally:
-        instrumentor.uninstrument()
     return tracing.result(
         labels={
             TEXT_RUN: "text run (streamed): triage -> billing -> refunds",

@@ -80,19 +80,12 @@ def _without_pipecats_deprecations() -> Iterator[None]:
 
 async def run_pipecat_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     tracing = DemoTracing.create(export_path)
-    instrumentor = PipecatFlowsHandoffInstrumentor()
-    if instrumentor.is_instrumented_by_opentelemetry:
-        raise RuntimeError("run_pipecat_demo instruments Pipecat itself: uninstrument it first")
-    instrumentor.instrument(tracer_provider=tracing.provider, meter_provider=tracing.meter_provider)
-    try:
-        with _without_pipecats_deprecations():
-            await pf.run_flow(
-                _greeting(),
-                ["Hello, how can I help?", [("go_to_booking", {})], "Booked for Tuesday.", "Goodbye."],
-                [pf.user_says("I'd like to book"), _to_wrap_up],
-                until=lambda fm: fm.current_node == "wrap_up",
-                paced=True,
-            )
-    finally:
-        instrumentor.uninstrument()
+    with tracing.instrumented(PipecatFlowsHandoffInstrumentor(), "Pipecat"), _without_pipecats_deprecations():
+        await pf.run_flow(
+            _greeting(),
+            ["Hello, how can I help?", [("go_to_booking", {})], "Booked for Tuesday.", "Goodbye."],
+            [pf.user_says("I'd like to book"), _to_wrap_up],
+            until=lambda fm: fm.current_node == "wrap_up",
+            paced=True,
+        )
     return tracing.result()
