@@ -166,8 +166,16 @@ def open_spans() -> OpenSpans:
     return OPEN_SPANS
 
 
+@pytest.fixture(scope="session", autouse=True)
+def freeze_what_collection_imported() -> None:
+    """Every framework is imported by now: collect once, then leave those objects out of later
+    collections (``gc.freeze``), so collecting after each test walks only what tests made."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
-def collect_garbage_between_tests() -> Iterator[None]:
+def collect_garbage_between_tests(freeze_what_collection_imported: None) -> Iterator[None]:
     """Finalize what a test left behind at a known point, not inside some later call.
 
     livekit-agents 1.2 leaves async generators of a closed session to the garbage collector;
