@@ -8,8 +8,9 @@ of a run, each as a new participant in a new room, so a call costs no interprete
 A call: join with a token whose room configuration dispatches the agent, publish a microphone
 (10 ms frames, silence between words, as a real microphone sends), hear the first agent's
 greeting to its end, say ``speech`` (espeak-ng), hear the second agent, stay ``linger`` seconds,
-hang up. Every received frame is timed (``time.time_ns()`` when the SDK hands it over, after
-WebRTC's jitter buffer: when a speaker would play it) and attributed to an agent by its tone;
+hang up. Every received frame is timed when the SDK hands it over, after WebRTC's jitter buffer
+(when a speaker would play it), on the stream's own timeline (:mod:`timeline`: a frame this
+process read late on a busy machine was there on time), and attributed to an agent by its tone;
 the frames (time, whose, each tone's level) go to ``WORKDIR/frames-<room>.json``. Times are
 wall-clock nanoseconds, comparable with the worker's (same machine).
 """
@@ -30,6 +31,7 @@ import numpy as np
 import tones
 from google.protobuf.json_format import MessageToDict
 from livekit import api, rtc
+from timeline import Timeline
 
 SAMPLE_RATE = 48000
 FRAME = SAMPLE_RATE // 100  # 10 ms
@@ -102,9 +104,11 @@ class Ears:
         self.track = track
         stream = rtc.AudioStream(track, sample_rate=SAMPLE_RATE, num_channels=1)
         quiet: dict[str, int] = {}
+        timeline = Timeline()
         try:
             async for event in stream:
-                now = time.time_ns()
+                count, rate = event.frame.samples_per_channel, event.frame.sample_rate
+                now = round((timeline.add(count, rate) + count / rate) * 1e9)  # handed over on time
                 samples = np.frombuffer(event.frame.data, dtype=np.int16)
                 voice = tones.whose(samples, SAMPLE_RATE)
                 level = tones.levels(samples, SAMPLE_RATE)

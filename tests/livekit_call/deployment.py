@@ -226,7 +226,7 @@ def configured_agent(workdir: Path) -> Path:
     process that imports it), in a folder of its own beside the modules it imports."""
     folder = workdir / "configured-agent"
     folder.mkdir(exist_ok=True)
-    for name in ("scripted.py", "tones.py", "measure.py"):
+    for name in ("scripted.py", "timeline.py", "tones.py", "measure.py"):
         shutil.copy(HERE / name, folder / name)
     source = (HERE / "agent.py").read_text()
     after_imports = "\nMAX_CONCURRENT_CALLS"

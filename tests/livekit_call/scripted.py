@@ -16,8 +16,6 @@ copied so the agent's process imports nothing of ours):
 from __future__ import annotations
 
 import asyncio
-import time
-from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +24,7 @@ import tones
 from livekit import rtc
 from livekit.agents import llm, stt, tts, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions
+from timeline import Timeline
 
 _SPEECH = 0.01  # a sample this loud (of full scale) is speech: the caller's own measure of its end
 
@@ -67,7 +66,7 @@ class _EndpointingStream(stt.RecognizeStream):
         speaking = False
         last_speech = 0.0
         endpoint: asyncio.TimerHandle | None = None
-        timeline = _Timeline()
+        timeline = Timeline()
 
         def final(text: str) -> None:
             words = stt.SpeechData(language="en", text=text, confidence=1.0)
@@ -113,28 +112,6 @@ class _EndpointingStream(stt.RecognizeStream):
         finally:
             if endpoint is not None:
                 endpoint.cancel()
-
-
-class _Timeline:
-    """When each sample of the stream came in, on the audio's own timeline, as a provider reports
-    the end of speech (LiveKit adds a transcript's ``end_time`` to when the input started): not
-    when this process got to the frame, which a busy machine delays by up to hundreds of ms. The
-    stream's start is the earliest any frame of the last ``window`` seconds implies: a frame read
-    late implies a later one, the frames that came in on time the true one."""
-
-    def __init__(self, window: float = 1.0) -> None:
-        self.window = window
-        self.samples = 0
-        self._starts: deque[tuple[float, float]] = deque()  # (read at, the start it implies)
-
-    def add(self, count: int, rate: int) -> float:
-        """Take ``count`` samples read now; the wall-clock time of the first of them."""
-        now = time.time()
-        self.samples += count
-        self._starts.append((now, now - self.samples / rate))
-        while self._starts[0][0] < now - self.window:
-            self._starts.popleft()
-        return min(start for _, start in self._starts) + (self.samples - count) / rate
 
 
 def _tool_name(tool: Any) -> str | None:
