@@ -107,6 +107,12 @@ async def test_a_handoff_is_one_span_under_workflow_run(traced: Spans, streamed:
     [dispatch] = traced.children(handoff, sc.SPAN_DISPATCH)
     assert dispatch.start_time >= switch.end_time
     assert (agents["triage"].client.calls, agents["billing"].client.calls) == (1, 1)
+    # it starts where triage's model call returned the handoff call, inside the framework's chat span
+    triage_chat = min(
+        (s for s in traced.all() if s.name.startswith("chat") and s.start_time < handoff.start_time),
+        key=lambda s: s.start_time,
+    )
+    assert triage_chat.start_time < handoff.start_time <= triage_chat.end_time
 
 
 async def test_a_checkpoint_written_on_the_way_is_counted(traced: Spans) -> None:

@@ -1,13 +1,14 @@
 """Microsoft Agent Framework handoffs as records, and the wrappers that observe them.
 
-A ``HandoffBuilder`` workflow gives each agent one ``handoff_to_<target>`` tool per target. The
-orchestration's function middleware (``_AutoHandoffMiddleware``) takes the call, records it and
-stops the agent's tool loop (``handler``); the old agent's run ends, the executor cleans the
-conversation, broadcasts it, picks the handoff taken (``_is_handoff_requested``) and sends it to
-the target with the ``handoff_sent`` event (``context_update``); the runner ends the superstep,
-writes a checkpoint when checkpointing is on, and delivers the messages in the next one
-(``dispatch``); the target's executor builds its agent's input until its model call starts
-(``setup``), whose first output ends the handoff (``first_output``).
+A ``HandoffBuilder`` workflow gives each agent one ``handoff_to_<target>`` tool per target. From the
+end of the model call that returns the call, the tool loop hands it to the orchestration's function
+middleware (``_AutoHandoffMiddleware``), which records it and stops the loop (``handler``); the old
+agent's run ends, the executor cleans the conversation, broadcasts it, picks the handoff taken
+(``_is_handoff_requested``) and sends it to the target with the ``handoff_sent`` event
+(``context_update``); the runner ends the superstep, writes a checkpoint when checkpointing is on,
+and delivers the messages in the next one (``dispatch``); the target's executor builds its agent's
+input until its model call starts (``setup``), whose first output ends the handoff
+(``first_output``).
 
 What runs where, and what it costs between handoffs:
 
@@ -16,8 +17,10 @@ What runs where, and what it costs between handoffs:
 - ``HandoffAgentExecutor._run_agent_and_emit`` and ``_is_handoff_requested``, once per agent
   run; ``_AutoHandoffMiddleware.process``, once per tool call of a handoff agent;
 - ``InProcRunnerContext.create_checkpoint``, once per checkpoint written (checkpointing on);
-- ``BaseChatClient.get_response`` (per model call) and ``WorkflowContext.yield_output`` (per
-  streamed update): one test of an integer while no handoff awaits its first output.
+- ``BaseChatClient.get_response``, per model call of a handoff agent: its end (a cleanup hook on
+  its stream, or its awaitable awaited), where a handoff call it returns starts;
+- ``WorkflowContext.yield_output``, per streamed update: one test of an integer while no handoff
+  awaits its first output.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ class Call:
 
     tool_name: str
     call_id: str | None
-    start_ns: int
+    start_ns: int  # the model call that returned it ended (the middleware's start, if not seen)
     end_ns: int = 0
 
 
@@ -189,7 +192,7 @@ class Flow:
 class Turn:
     """One agent run of a handoff executor: the handoff calls its middleware took, the one taken."""
 
-    __slots__ = ("calls", "flow", "parent", "source", "taken")
+    __slots__ = ("calls", "flow", "model_end_ns", "parent", "source", "taken")
 
     def __init__(self, flow: Flow, source: str, parent: otel_context.Context) -> None:
         self.flow = flow
@@ -197,6 +200,10 @@ class Turn:
         self.parent = parent
         self.calls: list[Call] = []
         self.taken: Handoff | None = None
+        self.model_end_ns = 0  # its last model call's end: a handoff call it returned starts there
+
+    def model_ended(self) -> None:
+        self.model_end_ns = time.time_ns()
 
     def requested(self, telemetry: WorkflowTelemetry, target: str, message: Any) -> None:
         """``_is_handoff_requested`` found the handoff taken: the call whose result ends the response."""
@@ -405,7 +412,8 @@ def wrap_middleware(telemetry: WorkflowTelemetry) -> Any:
             if name not in instance._handoff_functions:
                 return wrapped(*args, **kwargs)
             call_id = (getattr(context, "metadata", None) or {}).get("call_id")
-            call = Call(name, call_id if isinstance(call_id, str) and call_id else None, time.time_ns())
+            call_id = call_id if isinstance(call_id, str) and call_id else None
+            call = Call(name, call_id, turn.model_end_ns or time.time_ns())
             turn.calls.append(call)
         except Exception as exc:
             report("an Agent Framework handoff tool call", exc)
@@ -452,30 +460,39 @@ async def _checkpointed(flow: Flow, step: Any) -> Any:
 
 
 def wrap_get_response(telemetry: WorkflowTelemetry) -> Any:
-    """``BaseChatClient.get_response``, per model call: the awaited target's first model call ends
-    ``setup``; not streamed, its end is the first output."""
+    """``BaseChatClient.get_response``, per model call of a handoff agent: its end is where a
+    handoff call it returns starts (the span's start); the awaited target's first model call ends
+    ``setup``, and not streamed, its end is the first output."""
 
     def get_response(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-        if not telemetry.awaiting:
+        turn = TURN.get()
+        if turn is None:
             return wrapped(*args, **kwargs)
-        handoff = AWAITED.get()
-        if handoff is None or handoff.setup_end_ns or handoff.done:
-            return wrapped(*args, **kwargs)
-        handoff.setup_end_ns = time.time_ns()
+        handoff = AWAITED.get() if telemetry.awaiting else None
+        if handoff is not None and not handoff.setup_end_ns and not handoff.done:
+            handoff.setup_end_ns = time.time_ns()
+        else:
+            handoff = None
         result = wrapped(*args, **kwargs)
-        if kwargs.get("stream"):
-            return result  # its first update reaches the workflow's output: yield_output
-        return _first_output_at_end(handoff, result)
+        if kwargs.get("stream"):  # consumed by the tool loop, then its cleanup hooks run
+            add_hook = getattr(result, "with_cleanup_hook", None)
+            if add_hook is not None:
+                add_hook(turn.model_ended)
+            return result  # the target's first update reaches the workflow's output: yield_output
+        return _model_call(turn, handoff, result)
 
     return get_response
 
 
-async def _first_output_at_end(handoff: Handoff, step: Any) -> Any:
+async def _model_call(turn: Turn, handoff: Handoff | None, step: Any) -> Any:
     result = await step
-    try:
-        handoff.spoke(time.time_ns())
-    except Exception as exc:
-        report("an Agent Framework model call's end", exc)
+    now = time.time_ns()
+    turn.model_end_ns = now
+    if handoff is not None:
+        try:
+            handoff.spoke(now)
+        except Exception as exc:
+            report("an Agent Framework model call's end", exc)
     return result
 
 
