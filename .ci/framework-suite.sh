@@ -9,7 +9,8 @@
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
 # Wired up: LangGraph, the OpenAI Agents SDK and Strands Agents (their source releases ship their
-# tests; Pipecat's does not). A test that needs a package the recipe leaves out fails to collect both ways alike.
+# tests; Pipecat's does not), and Microsoft Agent Framework (from its repository's release tag:
+# `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone). A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -36,15 +37,31 @@ case "$framework" in
     deps=(pytest pytest-asyncio pytest-timeout moto tenacity "opentelemetry-exporter-otlp<=1.45.1")
     instrumentor="otel_handoff.strands:StrandsHandoffInstrumentor"
     ;;
+  agent-framework)  # its sdists ship no tests: the release's tag (python-<core release>) of its repository
+    dist=agent-framework-core
+    deps=(pytest pytest-asyncio pytest-timeout)
+    instrumentor="otel_handoff.agent_framework:AgentFrameworkHandoffInstrumentor"
+    git_source="${AGENT_FRAMEWORK_GIT:-https://github.com/microsoft/agent-framework}"
+    tests=(packages/orchestrations/tests packages/core/tests/workflow)  # the handoff's, and the runner's
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 dist="${dist:-$framework}"
+tests=("${tests[@]:-tests/}")
 
 python3 -m venv "$work/venv"
-"$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
-"$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
-tar xzf "$work"/*.tar.gz -C "$work"
-source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
+if [[ -n "${git_source:-}" ]]; then
+  git -c advice.detachedHead=false clone -q --depth 1 --branch "python-$release" "$git_source" "$work/src"
+  source_dir="$work/src/python"
+  orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
+  deps+=("agent-framework-orchestrations==$orchestrations")
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+else
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
+  tar xzf "$work"/*.tar.gz -C "$work"
+  source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
+fi
 cat > "$work/otel_handoff_suite_plugin.py" <<EOF
 """Instrument $framework at pytest start-up (spans to memory)."""
 import importlib
@@ -65,7 +82,7 @@ run() {  # $1: plain | traced
   local extra=()
   [[ $1 == traced ]] && extra=(-p otel_handoff_suite_plugin)
   (cd "$source_dir" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
-    -p no:xdist -o addopts="" --continue-on-collection-errors tests/ "${extra[@]}" > "$work/$1.log" 2>&1) || true
+    -p no:xdist -o addopts="" --continue-on-collection-errors "${tests[@]}" "${extra[@]}" > "$work/$1.log" 2>&1) || true
   # pytest's short summary ("FAILED tests/x.py::t - why"), not captured log lines ("ERROR    asyncio:…")
   grep -E '^(FAILED|ERROR) [^ ]' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
   tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"

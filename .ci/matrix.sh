@@ -31,6 +31,8 @@ else
     "langgraph==1.1.5|$PY311" "langgraph==1.1.10|$PY311" "langgraph|$PY311"
     "llama-index-core==0.12.45|$PY311" "llama-index-core==0.13.6|$PY311" "llama-index-core|$PY311"
     "strands-agents==1.17.0|$PY311" "strands-agents==1.40.0|$PY311" "strands-agents|$PY311"
+    "agent-framework-orchestrations==1.0.0|$PY311" "agent-framework-orchestrations==1.2.0|$PY311"
+    "agent-framework-orchestrations|$PY311"
   )
 fi
 
@@ -65,6 +67,13 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     # its own environment in the suite: opentelemetry-instrumentation-threading (newest 0.66b1) holds
     # the SDK at 1.45.1, and pip, taking the newest exporter first, gives up instead of backtracking
     strands-agents) tests=(tests/test_strands.py); extra=(pyyaml "opentelemetry-exporter-otlp<=1.45.1") ;;
+    # a release pair: each orchestrations release with the oldest agent-framework-core it takes
+    agent-framework-orchestrations) tests=(tests/test_agent_framework.py)
+      case "$version" in
+        1.0.0) extra=("agent-framework-core==1.9.0") ;;
+        1.2.0) extra=("agent-framework-core==1.19.0") ;;
+        *) extra=(agent-framework-core) ;;
+      esac ;;
     *) echo "unknown framework in $spec"; return 2 ;;
   esac
   if [[ -z "$python" ]] || ! command -v "$python" >/dev/null 2>&1; then

@@ -9,7 +9,7 @@ does not move. Each path runs in each state where it runs: no handoff in flight,
 
 Goal (issue 29): (C - A) per event <= 1.0 % of A per event, on every path, in every state.
 
-    python bench/between_handoffs.py                           # LangGraph, LlamaIndex
+    python bench/between_handoffs.py                           # LangGraph, LlamaIndex, Agent Framework
     .venv-google-adk/bin/python bench/between_handoffs.py      # Google ADK (its own environment)
     .venv-strands/bin/python bench/between_handoffs.py         # Strands Agents (likewise)
 
@@ -113,6 +113,19 @@ def _paths() -> list[Path_]:
             Path_(
                 "llama-index", "each agent step (a tool call)", "after a handoff", _llama_steps(True), llama
             ),
+        ]
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.agent_framework import AgentFrameworkHandoffInstrumentor
+
+        maf = AgentFrameworkHandoffInstrumentor
+        turn = "each user turn answered (its supersteps, no handoff)"
+        found += [
+            Path_("agent-framework", "each streamed update", "no handoff", _maf_updates(False), maf),
+            Path_("agent-framework", "each streamed update", "after a handoff", _maf_updates(True), maf),
+            Path_("agent-framework", turn, "no handoff", _maf_runs(False), maf),
+            Path_("agent-framework", turn, "after a handoff", _maf_runs(True), maf),
         ]
     except ImportError:
         pass
@@ -463,6 +476,46 @@ def _strands_tokens(transfer: bool) -> Callable[[int], Awaitable[Any]]:
         else:
             swarm = st.swarm([answer], latency=0.0)
         await st.stream(swarm)
+
+    return run
+
+
+def _maf_updates(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """A HandoffBuilder workflow whose answering agent streams n words: triage itself, or billing
+    after a handoff."""
+    from otel_handoff.cli.offline import agent_framework as af
+
+    async def run(n: int) -> None:
+        answer = [{"text": " ".join(["word"] * n)}]
+        if transfer:
+            workflow = af.support(billing=answer, latency=0.0)[0]
+        else:
+            workflow = af.support(triage=answer, latency=0.0)[0]
+        await af.stream(workflow)
+
+    return run
+
+
+def _maf_runs(transfer: bool) -> Callable[[int], Awaitable[Any]]:
+    """n user turns answered by one agent (each a run of a few supersteps and one model call, no
+    handoff): the start agent's own, or billing's after a first run with a handoff."""
+    from agent_framework import Message
+
+    from otel_handoff.cli.offline import agent_framework as af
+
+    async def run(n: int) -> None:
+        answers = [{"text": "ok"}] * (n + 1)
+        if transfer:
+            workflow = af.support(billing=answers, latency=0.0)[0]
+        else:
+            workflow = af.support(answers, latency=0.0)[0]
+        # a run answering a request goes on counting the supersteps of the runs before: room for n
+        workflow._runner._max_iterations = 10 * n + 100
+        events = await af.stream(workflow)
+        for _ in range(n):
+            [request] = [e for e in events if e.type == "request_info"]
+            answer = {request.request_id: [Message("user", ["more"])]}
+            events = [e async for e in workflow.run(stream=True, responses=answer)]
 
     return run
 

@@ -15,6 +15,8 @@ Guards (issue 29): (C - A) / F <= 1.40 (Pipecat Flows 1.5), reported for every f
     .venv-google-adk/bin/python bench/frameworks_overhead.py   # Google ADK, in its own environment
     .venv-strands/bin/python bench/frameworks_overhead.py      # Strands Agents, likewise
 
+Microsoft Agent Framework shares the suite's environment: the first command measures it.
+
 Each run measures the frameworks installed where it runs and keeps the others' last rows.
 
 LiveKit is measured by ``handoff_overhead.py`` (wall time, memory and Python work).
@@ -53,6 +55,7 @@ GUARDS = {
     "langgraph": 1.40,
     "llama-index": 1.40,
     "strands": 1.40,
+    "agent-framework": 1.40,
 }
 
 
@@ -157,6 +160,24 @@ def _scenarios() -> list[Scenario]:
         found.append(
             Scenario(
                 "llama-index", "AgentWorkflow, 1 handoff", agent_workflow, LlamaIndexHandoffInstrumentor, 1
+            )
+        )
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.agent_framework import AgentFrameworkHandoffInstrumentor
+        from otel_handoff.cli.offline import agent_framework as af
+
+        async def handoff_workflow() -> None:
+            await af.stream(af.support(latency=0.0)[0])
+
+        found.append(
+            Scenario(
+                "agent-framework",
+                "HandoffBuilder, 1 handoff",
+                handoff_workflow,
+                AgentFrameworkHandoffInstrumentor,
+                1,
             )
         )
     except ImportError:
@@ -357,8 +378,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--framework", help="measure only this framework (keep the others' rows)")
     args = parser.parse_args(argv)
-    rows = [measure(scenario, args.runs) for scenario in _scenarios()]
+    scenarios = [s for s in _scenarios() if args.framework in (None, s.framework)]
+    rows = [measure(scenario, args.runs) for scenario in scenarios]
     publish("frameworks", "Python work per handoff, every framework", rows, markdown)
     return 0
 

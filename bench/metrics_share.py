@@ -108,8 +108,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
-    rows = [measure(scenario) for scenario in [*_livekit(), *_scenarios()]]
+    parser.add_argument("--framework", help="measure only this framework (keep the others' rows)")
+    args = parser.parse_args(argv)
+    scenarios = [s for s in [*_livekit(), *_scenarios()] if args.framework in (None, s.framework)]
+    rows = [measure(scenario) for scenario in scenarios]
     publish("metrics_share", "Our work around the SDK's metric records", rows, markdown)
     return 0
 

@@ -1,6 +1,6 @@
 """otel-handoff: OpenTelemetry tracing of agent handoffs (LiveKit Agents, AG2, Pipecat Flows, the
-OpenAI Agents SDK, Google ADK, LangGraph, LlamaIndex, Strands Agents; ``otel_handoff.core.frameworks``
-is the registry)."""
+OpenAI Agents SDK, Google ADK, LangGraph, LlamaIndex, Strands Agents, Microsoft Agent Framework;
+``otel_handoff.core.frameworks`` is the registry)."""
 
 from typing import TYPE_CHECKING, Any
 

@@ -158,6 +158,23 @@ def llama_index_handoffs() -> None:
         asyncio.run(li.run(li.make_workflow([li.handoff_call("billing", "call-3")], [], latency=0.0), "Why?"))
 
 
+def agent_framework_handoffs() -> None:
+    """A HandoffBuilder handoff, with a checkpoint; one whose target the app's termination condition
+    keeps from running: rejected; a target whose model fails: an error."""
+    import asyncio
+
+    from agent_framework import InMemoryCheckpointStorage
+
+    from otel_handoff.cli.offline import agent_framework as af
+
+    asyncio.run(af.stream(af.support(latency=0.0, checkpoint_storage=InMemoryCheckpointStorage())[0]))
+    checks: list[int] = []
+    ends = af.support(latency=0.0, termination_condition=lambda _: bool(checks.append(1)) or len(checks) > 1)
+    asyncio.run(af.stream(ends[0]))
+    with pytest.raises(LookupError):
+        asyncio.run(af.stream(af.support(billing=[{"raise": LookupError("down")}], latency=0.0)[0]))
+
+
 FRAMEWORK_RUNS = {
     "livekit-agents": livekit_handoffs,
     "ag2": ag2_handoffs,
@@ -165,12 +182,14 @@ FRAMEWORK_RUNS = {
     "openai-agents": openai_agents_handoffs,
     "langgraph": langgraph_handoffs,
     "llama-index": llama_index_handoffs,
+    "agent-framework": agent_framework_handoffs,
 }
 
 
 def framework_instrumentors() -> list[Any]:
     """The instrumentor of every framework FRAMEWORK_RUNS runs."""
     from otel_handoff.ag2 import AG2HandoffInstrumentor
+    from otel_handoff.agent_framework import AgentFrameworkHandoffInstrumentor
     from otel_handoff.langgraph import LangGraphHandoffInstrumentor
     from otel_handoff.livekit import LiveKitHandoffInstrumentor
     from otel_handoff.llama_index import LlamaIndexHandoffInstrumentor
@@ -184,4 +203,5 @@ def framework_instrumentors() -> list[Any]:
         OpenAIAgentsHandoffInstrumentor,
         LangGraphHandoffInstrumentor,
         LlamaIndexHandoffInstrumentor,
+        AgentFrameworkHandoffInstrumentor,
     ]

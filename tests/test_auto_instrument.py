@@ -174,7 +174,7 @@ def test_no_framework_installed_warns_once(
     ]
     assert any_hint().endswith(
         "[livekit]' (or [ag2], [pipecat], [openai-agents], [google-adk], [langgraph], [llama-index], "
-        "[strands])"
+        "[strands], [agent-framework])"
     )
 
 
@@ -266,6 +266,32 @@ def test_unmodified_langgraph_app_exports_handoffs(rotel: Rotel, how: str) -> No
     assert attributes[sc.GEN_AI_CONVERSATION_ID] == "t-1"
     phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
     assert phases == {sc.SPAN_HANDLER, sc.SPAN_CONTEXT_UPDATE, sc.SPAN_START, sc.SPAN_FIRST_OUTPUT}
+    assert handoff["resource"]["service.name"] == "auto-agent"
+
+
+AGENT_FRAMEWORK_APP = Path(__file__).parent / "scripts" / "offline_agent_framework.py"
+
+
+@pytest.mark.parametrize("how", ["variable", "opentelemetry-instrument"])
+def test_unmodified_agent_framework_app_exports_handoffs(rotel: Rotel, how: str) -> None:
+    pytest.importorskip("agent_framework_orchestrations", reason="needs agent-framework-orchestrations")
+    run_unmodified(AGENT_FRAMEWORK_APP, how, rotel, expect="handoffs: [('triage', 'billing')]")
+    [handoff] = handoffs(rotel, 1)
+    attributes = handoff["attributes"]
+    assert (attributes[sc.FRAMEWORK], attributes[sc.TRIGGER], attributes[sc.GEN_AI_TOOL_NAME]) == (
+        sc.FRAMEWORK_AGENT_FRAMEWORK,
+        "tool",
+        "handoff_to_billing",
+    )
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+    phases = {s["name"] for s in rotel.spans() if s["parent_id"] == handoff["span_id"]}
+    assert phases == {
+        sc.SPAN_HANDLER,
+        sc.SPAN_CONTEXT_UPDATE,
+        sc.SPAN_DISPATCH,
+        sc.SPAN_SETUP,
+        sc.SPAN_FIRST_OUTPUT,
+    }
     assert handoff["resource"]["service.name"] == "auto-agent"
 
 

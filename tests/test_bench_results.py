@@ -26,6 +26,7 @@ EVERY_FRAMEWORK = {
     "langgraph",
     "llama-index",
     "strands",
+    "agent-framework",
 }
 
 sys.path.insert(0, str(ROOT / "bench"))  # the benches import their siblings by name

@@ -206,6 +206,7 @@ APPS = {  # an unmodified app of each framework, whose conversation ends before 
     "langgraph": "offline_langgraph.py",
     "llama-index": "offline_llama_index.py",
     "strands": "offline_strands.py",
+    "agent-framework": "offline_agent_framework.py",
 }
 # the app runs, then the process stays up (a web-server worker, a frozen serverless handler)
 HOLD_AFTER = (

@@ -46,7 +46,7 @@ PARTIAL: list[tuple[str, str, frozenset[str], str]] = [
     (
         "docs/overhead.md",
         "What changed: Pipecat's first speech",
-        frozenset({"openai-agents", "google-adk", "strands"}),
+        frozenset({"openai-agents", "google-adk", "strands", "agent-framework"}),
         "what the overhead work changed, framework by framework: nothing of these frameworks' own",
     ),
 ]

@@ -40,6 +40,7 @@ DEMOS = {  # framework -> the framework's own span each handoff hangs under, at 
     "langgraph": None,  # LangGraph makes no spans: each handoff is a root without an app span
     "llama-index": None,  # LlamaIndex makes no OpenTelemetry spans: each handoff is a root, likewise
     "strands": "invoke_swarm",  # Strands' own swarm span (its tracing on the demo's provider)
+    "agent-framework": "workflow.run",  # the framework's own run span (its tracing on the demo's provider)
 }
 # Jaeger keeps span times in microseconds (start and duration each truncated): a duration read
 # back may differ from the exported one by less than 2 µs

@@ -36,6 +36,11 @@ _DEMOS = {
         "run_strands_demo",
         "a Strands Agents swarm handoff with its drain and without",
     ),
+    "agent-framework": (
+        "demo_agent_framework",
+        "run_agent_framework_demo",
+        "a Microsoft Agent Framework HandoffBuilder handoff, and one with checkpointing",
+    ),
 }
 
 

@@ -185,6 +185,21 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="strands",
         duration="the handoff tool call to the new agent's first output (the old agent's drain included)",
     ),
+    Framework(
+        key="agent-framework",
+        title="Microsoft Agent Framework (HandoffBuilder workflows)",
+        entry_point="agent_framework_handoff",
+        instrumentor="otel_handoff.agent_framework:AgentFrameworkHandoffInstrumentor",
+        extra="agent-framework",
+        extra_requires=("agent-framework-core>=1.9.0", "agent-framework-orchestrations>=1.0.0"),
+        instruments=("agent-framework-core>=1.9.0", "agent-framework-orchestrations>=1.0.0"),
+        distributions=("agent-framework-orchestrations",),
+        modules=("agent_framework_orchestrations",),
+        starts_at=(("agent_framework._workflows._workflow", "Workflow.run"),),
+        demo_module="agent_framework_orchestrations",
+        span_framework="agent-framework",
+        duration="the handoff tool call to the target agent's first output (the superstep included)",
+    ),
 )
 BY_KEY = {framework.key: framework for framework in FRAMEWORKS}
 BY_SPAN_FRAMEWORK = {framework.span_framework: framework for framework in FRAMEWORKS}

@@ -316,6 +316,14 @@ REJECTED_REPETITIVE_HANDOFF = "repetitive_handoff"
 REJECTED_NODE_CANCELLED = "node_cancelled"
 ERROR_HANDOFF_TOOL = "handoff_tool_error"  # the handoff tool failed for a known agent (its error result)
 
+# --- Microsoft Agent Framework -------------------------------------------------------------
+# HandoffBuilder workflows (agent-framework-orchestrations): a handoff_to_<target> tool the
+# orchestration intercepts; the target runs in the workflow's next superstep
+FRAMEWORK_AGENT_FRAMEWORK = "agent-framework"
+SPAN_DISPATCH = "agent_handoff.dispatch"
+DISPATCH_DURATION = "agent_handoff.dispatch.duration"
+PHASE_DISPATCH = "dispatch"  # the superstep boundary: checkpoint when configured, the deliveries
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
@@ -359,6 +367,7 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_PRE_ACTIONS, SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SUMMARY, SPAN_SUMMARY, SUMMARY_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_CONTEXT_UPDATE, SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_DISPATCH, SPAN_DISPATCH, DISPATCH_DURATION, ROLE_WORK),
     PhaseSpec(START, SPAN_START, START_DURATION, ROLE_WORK),
     PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
