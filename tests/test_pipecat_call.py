@@ -51,6 +51,12 @@ ARRIVAL_SECONDS = 5.0
 GAP_US = 1_000  # uncovered time between a transition's phases
 ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
+HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+PACKET = "agent_handoff.downlink.packet_duration"
+HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
+# the caller's jitter buffer the estimate assumes, in aiortc's terms: 3 packets puts an aiortc
+# caller where the model (docs/livekit.md) puts a browser; a caller holding more hears it later
+ASSUMED_PREFETCH = 3
 
 # one breath each (a pause would end the turn early), of different lengths; the caller's jitter
 # buffer holds 3 packets, where the heard-delay estimate puts a browser's (libwebrtc's), or aiortc's
@@ -238,6 +244,33 @@ def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_heard_delay_matches_the_caller(run: Deployment) -> None:
+    """``heard_delay`` (from aiortc's RTCP reports and the codec's framing) is within 30 ms of
+    what the caller measured: its first hearing of the new node less the bot's first write of it.
+    The caller's jitter buffer is the one part the bot's side cannot know: against a caller whose
+    buffer holds more packets than the estimate assumes (aiortc's own 4), the estimate is low by
+    those packets, and held to that."""
+    problems = []
+    for call in run.calls:
+        measured = (call.caller["first_heard_ns"][SECOND_NODE] - written_ns(run, call)) / 1e9
+        attributes = first_speech(call)["attributes"]
+        estimated = attributes.get(HEARD_DELAY)
+        if estimated is None:
+            problems.append(f"{call.id}: no {HEARD_DELAY} (the caller measured {measured * 1000:.1f} ms)")
+            continue
+        buffered_more = (call.call.prefetch - ASSUMED_PREFETCH) * attributes[PACKET]
+        print(
+            f"\n{call.id} (prefetch {call.call.prefetch}): {HEARD_DELAY} {estimated * 1000:.1f} ms"
+            f" (+ {buffered_more * 1000:.0f} ms buffered more), measured {measured * 1000:.1f} ms"
+        )
+        if abs(estimated + buffered_more - measured) > HEARD_TOLERANCE_S:
+            problems.append(
+                f"{call.id}: {HEARD_DELAY} {estimated * 1000:.1f} ms + {buffered_more * 1000:.0f} ms,"
+                f" measured {measured * 1000:.1f} ms"
+            )
+    assert not problems, "\n".join(problems)
+
+
 def test_silero_vad_drives_the_callers_turn(runs: Runs) -> None:
     """In the Silero deployment the STT proposes no turn: the real Silero VAD's frames start the
     caller's turn and end it (with the speech timeout), as Pipecat's own log says; in the other,
@@ -247,6 +280,53 @@ def test_silero_vad_drives_the_callers_turn(runs: Runs) -> None:
     assert "SpeechTimeoutUserTurnStopStrategy#0 VADUserStoppedSpeakingFrame received" in log, log[-3000:]
     assert "User turn inference triggered (strategy: SpeechTimeoutUserTurnStopStrategy" in log, log[-3000:]
     assert "VADUserTurnStartStrategy" not in runs.get("stt").bot_log()
+
+
+# --- the statistics, read as aiortc gives them -------------------------------------------------------
+def test_downlink_from_aiortcs_receiver_report() -> None:
+    """aiortc's ``remote-inbound-rtp`` gives the round trip in seconds and the jitter in RTP
+    timestamp units: the downlink has both in seconds (Opus: a 48 kHz clock, 20 ms packets)."""
+    from aiortc.stats import RTCRemoteInboundRtpStreamStats
+
+    from otel_handoff.core.heard import Downlink
+    from otel_handoff.pipecat import _downlink
+
+    report = RTCRemoteInboundRtpStreamStats(
+        timestamp=None,
+        type="remote-inbound-rtp",
+        id="remote-inbound-rtp_1",
+        ssrc=1,
+        kind="audio",
+        transportId="transport_1",
+        packetsReceived=100,
+        packetsLost=2,
+        jitter=96,
+        roundTripTime=0.004,
+        fractionLost=0,
+    )
+    link = _downlink.downlink([report], "audio/opus", 48000, None)
+    assert link == Downlink(0.004, 0.002, 2, 0.020, "audio/opus")
+    # before the first receiver report: nothing is known of the way, and no estimate is made
+    assert _downlink.downlink([], "audio/opus", 48000, None).round_trip_time is None
+
+
+async def test_the_codec_sent_is_the_answers_first() -> None:
+    """The bot answers the caller's offer; aiortc sends with the first audio codec of that answer."""
+    from aiortc import AudioStreamTrack, RTCPeerConnection
+
+    from otel_handoff.pipecat import _downlink
+
+    caller, bot = RTCPeerConnection(), RTCPeerConnection()
+    try:
+        caller.addTransceiver(AudioStreamTrack(), direction="sendrecv")
+        await caller.setLocalDescription(await caller.createOffer())
+        await bot.setRemoteDescription(caller.localDescription)
+        await bot.setLocalDescription(await bot.createAnswer())
+        assert _downlink.sent_codec(bot) == ("audio/opus", 48000, None)
+        assert _downlink.sent_codec(RTCPeerConnection()) == (None, None, None)  # nothing negotiated
+    finally:
+        await caller.close()
+        await bot.close()
 
 
 # --- the measurements, for the record ------------------------------------------------------------------

@@ -118,6 +118,10 @@ class WorkerWatch:
             worker.add_observer(self._first_speech())
             self._attached = True
 
+    def worker(self) -> Any | None:
+        """The worker watched, while it lives."""
+        return self._worker()
+
     def await_speech(self) -> None:
         """A transition ended: watch for the bot's speech in the new node."""
         worker = self._worker()
