@@ -27,7 +27,7 @@ def audio_sender(worker: Any) -> tuple[Any, Any] | None:
     output = getattr(module, "SmallWebRTCOutputTransport", None)
     if output is None:  # the transport was never imported: nothing of it runs
         return None
-    for processor in _processors(getattr(worker, "pipeline", None)):
+    for processor in processors(getattr(worker, "pipeline", None)):
         if isinstance(processor, output):
             connection = getattr(getattr(processor, "_client", None), "_webrtc_connection", None)
             pc = getattr(connection, "_pc", None)
@@ -37,12 +37,12 @@ def audio_sender(worker: Any) -> tuple[Any, Any] | None:
     return None
 
 
-def _processors(processor: Any, depth: int = 0) -> Any:
+def processors(processor: Any, depth: int = 0) -> Any:
     if processor is None or depth > 16:
         return
     yield processor
     for child in getattr(processor, "processors", None) or ():
-        yield from _processors(child, depth + 1)
+        yield from processors(child, depth + 1)
 
 
 async def read_downlink(sender: Any, pc: Any) -> Downlink | None:

@@ -43,6 +43,7 @@ class Transition:
     requested_ns: int = 0  # the handler returned the next node (tool) or the app asked (api)
     waited: bool = False  # another function call was still running when it could have run
     executing_ns: int = 0  # _set_node began
+    set_ns: int = 0  # _set_node returned: the new node is set
     emitted: Emitted | None = None  # once emitted: first_speech links to it
 
 
@@ -146,8 +147,11 @@ class FlowState:
             self.watch.speech_seen()
         if t is None or t.emitted is None:
             return
-        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, t.start_ns, max(now_ns, t.start_ns))
         worker = self.watch.worker() if self.watch is not None else None
+        started = self.watch.speech_started_ns() if self.watch is not None else None
+        if started is not None and t.set_ns <= started <= now_ns:
+            now_ns = started  # the output transport's start of this run of speech: its first write
+        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, t.start_ns, max(now_ns, t.start_ns))
         found = audio_sender(worker) if worker is not None else None
         if found is None:
             emit_linked(self.telemetry, t.emitted, phase)
