@@ -22,6 +22,8 @@ import json
 import shutil
 import signal
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import netns
 import pytest
@@ -39,6 +41,7 @@ from pipecat_call.deployment import (
     media_link,
     phases_of,
 )
+from pipecat_call.waterfall import SEGMENTS, table, waterfall
 from receivers import Span, missing
 
 pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0 (pipecat.flows)")
@@ -269,6 +272,86 @@ def test_heard_delay_matches_the_caller(run: Deployment) -> None:
                 f" measured {measured * 1000:.1f} ms"
             )
     assert not problems, "\n".join(problems)
+
+
+def transcribed(run: Deployment, call: CallRecord) -> dict[str, Any]:
+    """The STT's transcript of the caller's speech in this call (``measure.py``)."""
+    found = [
+        r
+        for r in run.records
+        if r["event"] == "transcribed"
+        and call.caller["speech_started_ns"] <= r["time_ns"] <= written_ns(run, call)
+    ]
+    assert len(found) == 1, f"{call.id}: transcripts {found}"
+    return found[0]
+
+
+def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
+    """The waterfall of each call (``pipecat_call/waterfall.py``, the doc's table) has its rows in
+    order and the transition's phases inside it; the transition starts after the STT's transcript
+    (the trace agrees with the bot's instrument); the new node's first audio is the bot's write (5
+    ms); the downlink is within 30 ms of what the caller measured and so is the whole, from the
+    caller's end of speech to its hearing the new node (beyond the packets its buffer holds more).
+    Only where the STT's endpointing ended the turn: Silero's is its own."""
+    if run.name != "stt":
+        pytest.skip("the STT's endpointing ends the turn only in the stt deployment")
+    problems = []
+    for call in run.calls:
+        speech = first_speech(call)
+        rows = waterfall(
+            call.spans, handoff(call), speech, call.caller["end_of_speech_ns"], transcribed(run, call)
+        )
+        main = {r.name: r for r in rows if not r.part}
+        print(f"\n{call.id} (prefetch {call.call.prefetch}):\n{table(rows)}")
+        assert list(main) == list(SEGMENTS), list(main)
+        whole = handoff(call)
+        problems += [
+            f"{call.id}: {r.name} outside the transition"
+            for r in rows
+            if r.part
+            and not (whole["start_us"] - ROUNDING_US <= r.start_us <= r.end_us <= end_us(whole) + ROUNDING_US)
+        ]
+        problems += [f"{call.id}: {r.name} runs backwards" for r in main.values() if r.end_us < r.start_us]
+        spoken = call.caller["end_of_speech_ns"] / 1000
+        heard = call.caller["first_heard_ns"][SECOND_NODE] / 1000
+        written = written_ns(run, call) / 1000
+        buffered_more = (call.call.prefetch - ASSUMED_PREFETCH) * speech["attributes"][PACKET] * 1e6
+        checks = [
+            (
+                "first audio",
+                main["new node's model, TTS, first audio"].end_us - written,
+                CAPTURE_TOLERANCE_US,
+            ),
+            (
+                "downlink",
+                main["downlink"].ms * 1000 + buffered_more - (heard - written),
+                HEARD_TOLERANCE_S * 1e6,
+            ),
+            (
+                "end of speech → heard",
+                main["downlink"].end_us + buffered_more - main["uplink"].start_us - (heard - spoken),
+                HEARD_TOLERANCE_S * 1e6,
+            ),
+        ]
+        for name, off_us, tolerance in checks:
+            print(f"  {name}: {off_us / 1000:+.1f} ms from the measurement")
+            if abs(off_us) > tolerance:
+                problems.append(f"{call.id}: {name} {off_us / 1000:+.1f} ms from what was measured")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_docs_waterfall_names_the_rows_the_trace_gives() -> None:
+    """``docs/pipecat.md``'s waterfall (figures pasted from a run of this file) has the rows
+    :func:`waterfall` builds, in its order: the milliseconds vary from run to run, the rows not."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipecat.md").read_text()
+    section = doc.split("## A real call: where the caller's silence goes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    named = [row for row in rows if row not in ("segment", "**end of speech → heard**")]
+    assert [row for row in named if not row.startswith("↳")] == list(SEGMENTS), named
+    phases = {"handler", "function_call_wait", "pre_actions", "summary", "context_update", "post_actions"}
+    assert all(row.removeprefix("↳ ") in {*phases, "unattributed"} for row in named if row.startswith("↳")), (
+        named
+    )
 
 
 def test_silero_vad_drives_the_callers_turn(runs: Runs) -> None:
