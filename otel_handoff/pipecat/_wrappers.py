@@ -294,7 +294,7 @@ async def wrap_speech(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, ar
     speaking = getattr(instance, "_bot_speaking", True)
     result = await wrapped(*args, **kwargs)
     if not speaking and telemetry.enabled:
-        asyncio.get_running_loop().call_soon(_speech_started, instance)
+        guard("first speech", asyncio.get_running_loop().call_soon, _speech_started, instance)
     return result
 
 
