@@ -5,7 +5,10 @@ interpreter start only when the variable is set to something other than a false 
 unset variable costs one ``os.environ`` read. :func:`start` then registers wrapt post-import
 hooks: each framework is instrumented when it is first imported, before or after any user code,
 and exporting is configured from the standard ``OTEL_*`` variables when the first session or
-chat starts — late enough for an application that installs its own provider to have done so.
+chat starts — late enough for an application that installs its own provider to have done so —
+or, in a process that serves with uvicorn (Pipecat's development runner, a FastAPI app), once the
+server has started (its lifespan start-up run), before its first request: the app's own spans
+(FastAPI's, of each request) are exported from the first one.
 
 Never raises at start-up: a bad value, a missing or unsupported framework each give one warning
 line and the app runs uninstrumented.
@@ -146,6 +149,7 @@ def _on_import(framework: Framework, module: Any) -> None:
             return
         instrumentor.instrument()
         _configure_when_started(framework)
+        _configure_when_serving()
     except Exception as exc:
         from .core.faults import report
 
@@ -160,6 +164,38 @@ def _configure_when_started(framework: Framework) -> None:
             wrap_function_wrapper(module, name, _configure_then_call)
         except (ImportError, AttributeError):
             _LOG.debug("otel-handoff: no %s.%s to configure exporting at", module, name)
+
+
+_SERVER = {"hooked": False}
+
+
+def _configure_when_serving() -> None:
+    """Once uvicorn's server has started (a framework of ours is in use): configure exporting."""
+    if _SERVER["hooked"]:
+        return
+    _SERVER["hooked"] = True
+    import wrapt
+
+    wrapt.register_post_import_hook(_wrap_server_startup, "uvicorn.server")
+
+
+def _wrap_server_startup(module: Any) -> None:
+    from wrapt import wrap_function_wrapper
+
+    try:
+        wrap_function_wrapper(module, "Server.startup", _configure_after_startup)
+    except AttributeError:
+        _LOG.debug("otel-handoff: no uvicorn Server.startup to configure exporting at")
+
+
+async def _configure_after_startup(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """The server's start-up (the app's lifespan start-up among it), then exporting, unless the app
+    installed a provider: before the first request is served (one loop, no await between)."""
+    result = await wrapped(*args, **kwargs)
+    from . import configure
+
+    configure(instrument=False)  # idempotent; never replaces an application's provider; never raises
+    return result
 
 
 def _configure_then_call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:

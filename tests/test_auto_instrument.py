@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -319,3 +320,86 @@ def test_no_framework_imported_that_the_app_does_not_use(how: str) -> None:
     assert report["instrumented"] is (how != "uninstrument")
     handoff_spans = result.stdout.count('"name": "agent_handoff"')
     assert handoff_spans == (0 if how == "uninstrument" else 1), result.stdout[-2000:]
+
+
+# --- a server: Pipecat's development runner serves its bots with uvicorn ------------------------
+SERVER_APP = Path(__file__).parent / "scripts" / "uvicorn_app.py"
+
+
+def _serve(rotel: Rotel, **env: str) -> tuple[subprocess.Popen[str], int]:
+    """The unmodified uvicorn app, auto-instrumented, exporting only on a flush (60 s timer)."""
+    pytest.importorskip("pipecat.flows", reason="needs pipecat-ai >= 1.5.0")
+    pytest.importorskip("fastapi.telemetry", reason="FastAPI's own telemetry (the runner's extra)")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    base |= {
+        "OTEL_HANDOFF_AUTO_INSTRUMENT": "true",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": rotel.grpc_endpoint,
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_SERVICE_NAME": "served-app",
+        "OTEL_BSP_SCHEDULE_DELAY": "60000",  # no timer delivers within the test: only a flush
+        "PYTHONUNBUFFERED": "1",
+    }
+    process = subprocess.Popen(
+        [sys.executable, str(SERVER_APP)],
+        env=base | env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=SERVER_APP.parent,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline().split()
+    assert line[:1] == ["listening"], (line, process.stderr.read() if process.poll() is not None else "")
+    return process, int(line[1])
+
+
+def _get(port: int, path: str) -> bytes:
+    import urllib.request
+
+    # the server answers once it has started (the port was bound before): retry until it does
+    answer: list[bytes] = []
+
+    def served() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+                answer.append(response.read())
+        except OSError:
+            return False
+        return True
+
+    wait_until(served, "the server to answer", timeout=60, every=0.1)
+    return answer[0]
+
+
+def test_a_served_app_exports_its_requests_from_the_first_and_flushes_at_sigterm(rotel: Rotel) -> None:
+    """The app's first request (FastAPI's own span) is exported, not only what follows the first
+    conversation: exporting is configured once uvicorn has started. And SIGTERM, which uvicorn
+    answers with a graceful shutdown and then the signal re-raised (the process dies of it, no
+    ``atexit``), loses nothing: every provider is flushed when that shutdown ends. The process
+    still ends as uvicorn ends it, by the signal."""
+    process, port = _serve(rotel)
+    try:
+        assert _get(port, "/hello") == b'{"hello":"caller"}'
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == -signal.SIGTERM, (process.returncode, err[-3000:])
+    wait_until(lambda: any(s["name"] == "GET /hello" for s in rotel.spans()), "the request's span")
+    (span,) = [s for s in rotel.spans() if s["name"] == "GET /hello"]
+    assert span["resource"]["service.name"] == "served-app"
+
+
+def test_a_served_app_that_installs_its_provider_at_start_up_keeps_it(rotel: Rotel) -> None:
+    """An app that installs its own tracer provider in its lifespan start-up keeps it: exporting
+    is configured after that start-up, and never replaces an application's provider."""
+    process, port = _serve(rotel, APP_PROVIDER="lifespan")
+    try:
+        _get(port, "/hello")
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert "own provider kept: True" in out, (out, err[-3000:])
+    assert "Overriding of current TracerProvider" not in err, err[-3000:]

@@ -11,11 +11,17 @@ them, would be lost. So:
 * the exits registered with :func:`at_process_end` run once, from ``atexit`` or from
   multiprocessing's finalizers (re-registered in every child multiprocessing starts), whichever
   comes first; each is bounded by its owner (:data:`EXIT_TIMEOUT_SECONDS`), so a collector that
-  never answers cannot hold a job's exit.
+  never answers cannot hold a job's exit;
+* a uvicorn server (Pipecat's development runner, any FastAPI app) stopped by a signal shuts down
+  gracefully, then re-raises the signal with its original disposition, the default: the process
+  dies of it, no ``atexit`` runs. So when its graceful shutdown ends, every provider is flushed
+  (:func:`_after_server_shutdown`), within :data:`EXIT_TIMEOUT_SECONDS`, off the event loop. Its
+  signal handlers and what it returns or raises stay as they are: nothing is replaced.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
@@ -157,6 +163,39 @@ def _register_process_end() -> None:
     _state["registered"] = True
     atexit.register(_run_exits)
     _register_finalizer()
+    import wrapt
+
+    wrapt.register_post_import_hook(_wrap_server_shutdown, "uvicorn.server")
+
+
+def _wrap_server_shutdown(module: Any) -> None:
+    server = getattr(module, "Server", None)
+    if server is None or not callable(getattr(server, "shutdown", None)):
+        _LOG.debug("otel-handoff: no uvicorn Server.shutdown to flush after")
+        return
+    import wrapt
+
+    wrapt.wrap_function_wrapper(module, "Server.shutdown", _after_server_shutdown)
+
+
+async def _after_server_shutdown(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """uvicorn's graceful shutdown, then every provider flushed: the signal it re-raises next
+    ends the process where ``atexit`` never runs. Flushed, not shut down: a process that stops a
+    server programmatically lives on."""
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        try:
+            await asyncio.to_thread(flush_everything)
+        except Exception as exc:  # the shutdown goes on as it would have
+            _LOG.debug("otel-handoff: flush after the server's shutdown failed: %s", exc)
+
+
+def flush_everything(timeout: float = EXIT_TIMEOUT_SECONDS) -> bool:
+    """Flush every provider our spans went to, waiting up to ``timeout`` seconds."""
+    for provider in {id(p): p for p in (*_providers.values(), trace.get_tracer_provider())}.values():
+        _flusher.ask(provider)
+    return flush_pending(timeout)
 
 
 class _AfterFork:

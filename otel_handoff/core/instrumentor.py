@@ -334,10 +334,12 @@ class HandoffInstrumentor(BaseInstrumentor):
 
 
 def resolve(module: str, name: str) -> tuple[Any, str]:
-    """(owner, attribute) of "Class.method" or "function" in ``module``."""
+    """(owner, attribute) of "Class.method", "Class.Nested.method" or "function" in ``module``."""
     owner_name, _, attr = name.rpartition(".")
     target: Any = importlib.import_module(module)
-    return (getattr(target, owner_name) if owner_name else target), attr
+    for part in owner_name.split(".") if owner_name else ():
+        target = getattr(target, part)
+    return target, attr
 
 
 def _unwrap(wrapped: Any) -> None:

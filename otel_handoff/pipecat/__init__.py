@@ -30,6 +30,9 @@ from . import package
 
 _MANAGER = "pipecat.flows.manager"
 _TYPES = "pipecat.flows.types"
+_OUTPUT = "pipecat.transports.base_output"
+
+_SPEECH = "_bot_started_speaking"
 
 __all__ = ["PipecatFlowsHandoffInstrumentor"]
 
@@ -43,8 +46,16 @@ def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     helper = (
         [(_MANAGER, "warn_deprecated", attributed_warn_helper)] if hasattr(manager, "warn_deprecated") else []
     )
+    # when the output transport starts a run of the bot's speech (once a run, never per frame)
+    sender = getattr(importlib.import_module(_OUTPUT).BaseOutputTransport, "MediaSender", None)
+    speech = (
+        [(_OUTPUT, f"BaseOutputTransport.MediaSender.{_SPEECH}", with_telemetry(w.wrap_speech, telemetry))]
+        if callable(getattr(sender, _SPEECH, None))
+        else []
+    )
     return [
         *helper,
+        *speech,
         (_MANAGER, "FlowManager.__init__", with_telemetry(w.wrap_init, telemetry)),
         (
             _MANAGER,

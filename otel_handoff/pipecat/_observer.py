@@ -30,6 +30,7 @@ from pipecat.frames.frames import BotStartedSpeakingFrame
 from pipecat.observers.base_observer import BaseObserver
 
 from ..core.faults import guard
+from ._downlink import processors
 from ._transition import FlowState, FlowsTelemetry
 
 _LOG = logging.getLogger(__name__)
@@ -81,6 +82,14 @@ def source_events_carry_frames() -> bool:
     ) and isinstance(getattr(PipelineWorker, "reached_upstream_types", None), property)
 
 
+# output transport (a processor) -> when its media sender last started a run of the bot's speech
+_SPEECH_STARTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def note_speech_started(media_sender: Any, now_ns: int) -> None:
+    _SPEECH_STARTED[media_sender._transport] = now_ns
+
+
 class WorkerWatch:
     """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our
     ``on_frame_reached_upstream`` handler (or, where the app's own handler would see more, our
@@ -117,6 +126,18 @@ class WorkerWatch:
             self._observer_always = True  # it cannot join later (1.5): there from the start
             worker.add_observer(self._first_speech())
             self._attached = True
+
+    def worker(self) -> Any | None:
+        """The worker watched, while it lives."""
+        return self._worker()
+
+    def speech_started_ns(self) -> int | None:
+        """When an output transport of the worker's pipeline last started a run of speech."""
+        worker = self._worker()
+        if worker is None or not _SPEECH_STARTED:
+            return None
+        found = [_SPEECH_STARTED.get(p) for p in processors(getattr(worker, "pipeline", None))]
+        return max((ns for ns in found if ns is not None), default=None)
 
     def await_speech(self) -> None:
         """A transition ended: watch for the bot's speech in the new node."""
