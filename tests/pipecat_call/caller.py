@@ -6,8 +6,10 @@ line on stdout once the call is over. One process makes every call of a run.
 
 A call: offer a microphone to the bot (``POST /api/offer``, as Pipecat's clients do), hear the
 triage node's greeting to its end, say ``speech`` (espeak-ng), hear the billing node, stay
-``linger`` seconds, hang up. Every received frame is timed (``time.time_ns()`` when aiortc hands it
-over, after its jitter buffer: when a speaker would play it) and attributed to a node by its tone.
+``linger`` seconds, hang up. Every received frame is timed when a speaker would play it: when aiortc
+hands it over, after its jitter buffer, or when the frame before it has played, whichever is later
+(aiortc plays nothing itself: a burst after a stall comes out of its buffer at once), and attributed
+to a node by its tone.
 ``prefetch``: the packets aiortc's audio jitter buffer holds before it plays (aiortc's own is 4);
 the caller's buffer is the one thing of the downlink the bot's side cannot know.
 """
@@ -107,6 +109,7 @@ class Ears:
 
     async def listen(self, track: MediaStreamTrack) -> None:
         quiet: dict[str, int] = {}
+        played_until = 0  # when the frames handed over so far have all been played
         while True:
             try:
                 frame = await track.recv()
@@ -114,7 +117,10 @@ class Ears:
                 self.gone = True
                 self.changed.set()
                 return
-            now = time.time_ns()
+            # a speaker plays frames in turn: one handed over while an earlier one still plays (a
+            # burst after a stall, which aiortc's buffer passes on at once) is heard after it
+            now = max(time.time_ns(), played_until)
+            played_until = now + round(frame.samples * 1e9 / frame.sample_rate)
             samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
             voice = tones.whose(samples, frame.sample_rate)
             self.frames.append((now, voice))
