@@ -182,15 +182,129 @@ async def test_the_target_raising_is_an_error_with_its_type(traced: Spans) -> No
     assert handoff.attributes[sc.ERROR_TYPE] == "BillingDown"
 
 
-async def test_a_handoff_tool_the_agent_may_not_call_is_no_handoff(traced: Spans) -> None:
+def unreachable(metric_reader: Any) -> list[tuple[dict[str, Any], int]]:
+    """The ``agent_handoff.unreachable_calls`` points recorded since the last read: (attributes, value)."""
+    data = metric_reader.get_metrics_data()  # None: nothing recorded at all
+    return [
+        (dict(point.attributes), point.value)
+        for resource in (data.resource_metrics if data is not None else ())
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == sc.METRIC_UNREACHABLE_CALLS
+        for point in metric.data.data_points
+        if point.value
+    ]
+
+
+REFUSED = {sc.FRAMEWORK: sc.FRAMEWORK_AGENT_FRAMEWORK, sc.FROM_AGENT_NAME: "triage"}
+
+
+def refused_handoff(terminate: bool = False, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    """triage calls ``handoff_to_refunds``: no agent of the workflow, so no tool triage was given."""
     workflow, agents = af.support(
         triage=[{"tool": "handoff_to_refunds", "id": "call-bad"}, {"text": "I will answer myself."}],
         latency=0.01,
+        **kwargs,
     )
-    events = await af.stream(workflow)
+    if terminate:  # the app's choice: an unknown call is the run's error
+        for made in agents.values():
+            made.client.function_invocation_configuration["terminate_on_unknown_calls"] = True
+    return workflow, agents
+
+
+async def run_workflow(workflow: Any, streamed: bool) -> list[Any]:
+    return await af.stream(workflow) if streamed else list(await workflow.run(af.TASK))
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "run"])
+async def test_a_handoff_tool_the_agent_may_not_call_is_counted_not_traced(
+    instrument: Any, spans: Spans, metric_reader: Any, streamed: bool
+) -> None:
+    workflow, agents = refused_handoff()
+    plain = await run_workflow(workflow, streamed)
+    instrument(AgentFrameworkHandoffInstrumentor)
+    workflow, agents = refused_handoff()
+    events = await run_workflow(workflow, streamed)
     assert af.handoffs_sent(events) == []
     assert agents["triage"].client.calls == 2  # "function not found": the model answered again
-    assert traced.handoffs() == []
+    assert spans.handoffs() == []
+    assert unreachable(metric_reader) == [(REFUSED, 1)]
+    assert af.shape(events) == af.shape(plain)  # the app's events and outputs, as without us
+
+
+@pytest.mark.parametrize("autonomous", [False, True], ids=["one-run", "autonomous"])
+async def test_terminate_on_unknown_calls_raises_as_without_us_and_counts_once(
+    instrument: Any, spans: Spans, metric_reader: Any, autonomous: bool
+) -> None:
+    """The app made an unknown call the run's error: the same exception reaches it, and the refused
+    handoff call is counted once (autonomous mode: the refusal is in a run nested in triage's)."""
+    kwargs: dict[str, Any] = {}
+    if autonomous:
+        kwargs["configure"] = lambda b: b.with_autonomous_mode(turn_limits={"triage": 3})
+
+    async def observe() -> tuple[type[BaseException], str]:
+        workflow, agents = refused_handoff(terminate=True, **kwargs)
+        if autonomous:  # triage's first answer is text: it goes on by itself, in a nested run
+            agents["triage"].client.script.insert(0, {"text": "thinking"})
+        with pytest.raises(KeyError) as raised:
+            await af.stream(workflow)
+        return type(raised.value), str(raised.value)
+
+    plain = await observe()
+    instrument(AgentFrameworkHandoffInstrumentor)
+    assert await observe() == plain
+    assert spans.handoffs() == []
+    assert unreachable(metric_reader) == [(REFUSED, 1)]
+
+
+async def test_a_handoff_after_a_refused_call_is_traced_and_the_refusal_counted(
+    traced: Spans, metric_reader: Any
+) -> None:
+    workflow, _ = af.support(
+        triage=[
+            {"tool": "handoff_to_refunds", "id": "call-bad"},
+            {"tool": "handoff_to_billing", "id": "call-ok"},
+        ],
+        latency=0.01,
+    )
+    events = await af.stream(workflow)
+    assert af.handoffs_sent(events) == [("triage", "billing")]
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.GEN_AI_TOOL_CALL_ID] == "call-ok"
+    assert unreachable(metric_reader) == [(REFUSED, 1)]
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "run"])
+async def test_a_handoff_leaves_the_unreachable_count_alone(
+    traced: Spans, metric_reader: Any, streamed: bool
+) -> None:
+    workflow, _ = af.support(latency=0.01)
+    await run_workflow(workflow, streamed)
+    assert len(traced.handoffs()) == 1
+    assert unreachable(metric_reader) == []
+
+
+async def test_an_app_tool_named_like_a_handoff_is_not_counted(traced: Spans, metric_reader: Any) -> None:
+    """Found and run, it was refused by nobody: only the framework's "not found" answer counts."""
+    from agent_framework import tool
+
+    @tool(name="handoff_to_human", approval_mode="never_require")
+    def handoff_to_human() -> str:
+        return "queued"
+
+    triage = af.agent(
+        "triage",
+        [{"tool": "handoff_to_human", "id": "call-app"}, {"text": "A human will call you."}],
+        0.01,
+        tools=[handoff_to_human],
+    )
+    billing = af.agent("billing", [], 0.01)
+    builder = af.HandoffBuilder(name="support", participants=[triage, billing])
+    workflow = builder.with_start_agent(triage).build()
+    events = await af.stream(workflow)
+    assert af.handoffs_sent(events) == []
+    assert triage.client.calls == 2
+    assert unreachable(metric_reader) == []
 
 
 async def test_several_handoff_calls_in_one_response_are_one_span(traced: Spans) -> None:

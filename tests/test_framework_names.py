@@ -49,6 +49,13 @@ PARTIAL: list[tuple[str, str, frozenset[str], str]] = [
         frozenset({"openai-agents", "google-adk", "strands", "agent-framework"}),
         "what the overhead work changed, framework by framework: nothing of these frameworks' own",
     ),
+    (
+        "docs/metrics.md",
+        "Frameworks whose handoff tool itself refuses the target",
+        frozenset({"ag2", "agent-framework", "langgraph", "livekit", "openai-agents", "pipecat"}),
+        "the frameworks that make a refused target a rejected span (the one that counts it instead "
+        "is the sentence before)",
+    ),
 ]
 
 

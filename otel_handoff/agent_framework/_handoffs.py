@@ -15,7 +15,9 @@ What runs where, and what it costs between handoffs:
 - ``Workflow.run``, once per run: the workflow's conversation (handoff workflows only) and the
   run's end (a cleanup hook on the run's stream);
 - ``HandoffAgentExecutor._run_agent_and_emit`` and ``_is_handoff_requested``, once per agent
-  run; ``_AutoHandoffMiddleware.process``, once per tool call of a handoff agent;
+  run (the latter also reads the run's response, its messages' contents once, for handoff calls
+  the framework answered "function not found": ``agent_handoff.unreachable_calls``);
+  ``_AutoHandoffMiddleware.process``, once per tool call of a handoff agent;
 - ``InProcRunnerContext.create_checkpoint``, once per checkpoint written (checkpointing on);
 - ``BaseChatClient.get_response``, per model call of a handoff agent: its end (a cleanup hook on
   its stream, or its awaitable awaited), where a handoff call it returns starts;
@@ -25,6 +27,7 @@ What runs where, and what it costs between handoffs:
 
 from __future__ import annotations
 
+import re
 import time
 import weakref
 from collections import OrderedDict
@@ -37,10 +40,16 @@ from opentelemetry import trace
 
 from ..core import schema as sc
 from ..core.conversation import Conversation
+from ..core.emit import count_unreachable
 from ..core.faults import report
 from ..core.record import PhaseRecord
 from ..core.spans import HandoffTelemetry
 
+# get_handoff_tool_name's form: the name a model asking for a handoff calls
+_HANDOFF_TOOL_PREFIX = "handoff_to_"
+# the framework's answer to a call of a tool the agent lacks (its function result, or with
+# terminate_on_unknown_calls the KeyError the run raises), the same text in every release traced
+_NOT_FOUND = re.compile(r'Error: Requested function "(.*)" not found\.')
 _KEPT_CHECKPOINTS = 4096  # checkpoints (the last of each run) whose conversation a resumed run continues
 
 # the agent run (an executor's _run_agent_and_emit) in this task: its handoff tool calls
@@ -335,6 +344,8 @@ async def _agent_run(
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         _failed(TURN.get(), awaited, exc)
+        if not isinstance(turn_token.old_value, Turn):  # an autonomous turn's nested run: counted once
+            _refused_raised(telemetry, source, exc)
         raise
     finally:
         turn = TURN.get()
@@ -380,19 +391,68 @@ def _failed(turn: Turn | None, awaited: Handoff | None, exc: BaseException) -> N
         report("an Agent Framework agent run's failure", fault)
 
 
+def _refused_raised(telemetry: WorkflowTelemetry, source: str, exc: BaseException) -> None:
+    """With ``terminate_on_unknown_calls`` the framework raises on a call of a tool the agent lacks
+    (naming the first): a handoff call so refused is counted; the exception goes on untouched."""
+    if not (isinstance(exc, KeyError) and telemetry.enabled and telemetry.metrics.enabled):
+        return
+    try:
+        message = exc.args[0] if exc.args else None
+        found = _NOT_FOUND.fullmatch(message) if isinstance(message, str) else None
+        if found is not None and found[1].startswith(_HANDOFF_TOOL_PREFIX):
+            count_unreachable(telemetry, source)
+    except Exception as fault:
+        report("an Agent Framework refused handoff call", fault)
+
+
+def unreachable_calls(response: Any) -> int:
+    """The run's ``handoff_to_<target>`` calls the framework answered "function not found": a
+    target this agent may not reach (it has no such tool), so no handoff. One pass over the
+    response's contents (streamed text is one content by now), once per agent run."""
+    asked: dict[Any, str] | None = None
+    refused = 0
+    for message in getattr(response, "messages", None) or ():
+        for content in message.contents:
+            kind = content.type
+            if kind == "function_call":
+                name = content.name
+                if isinstance(name, str) and name.startswith(_HANDOFF_TOOL_PREFIX):
+                    if asked is None:
+                        asked = {}
+                    asked[content.call_id] = name
+            elif kind == "function_result" and asked:
+                name = asked.pop(content.call_id, None)
+                result = content.result
+                if name is not None and isinstance(result, str):
+                    found = _NOT_FOUND.fullmatch(result)
+                    refused += found is not None and found[1] == name
+    return refused
+
+
 def wrap_is_handoff_requested(telemetry: WorkflowTelemetry) -> Any:
     """``HandoffAgentExecutor._is_handoff_requested``: the handoff taken (its target, and the
-    message whose function result names the call)."""
+    message whose function result names the call); and, from the same response, the handoff calls
+    the framework refused (``agent_handoff.unreachable_calls``)."""
 
     def requested(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
         found = wrapped(*args, **kwargs)
-        if found is not None and telemetry.enabled:
-            turn = TURN.get()
-            if turn is not None:
-                try:
-                    turn.requested(telemetry, found[0], found[1])
-                except Exception as exc:
-                    report("an Agent Framework handoff decision", exc)
+        if not telemetry.enabled:
+            return found
+        turn = TURN.get()
+        if turn is None:
+            return found
+        if found is not None:
+            try:
+                turn.requested(telemetry, found[0], found[1])
+            except Exception as exc:
+                report("an Agent Framework handoff decision", exc)
+        if telemetry.metrics.enabled:
+            try:
+                refused = unreachable_calls(args[0] if args else kwargs.get("response"))
+                if refused:
+                    count_unreachable(telemetry, turn.source, refused)
+            except Exception as exc:
+                report("an Agent Framework refused handoff call", exc)
         return found
 
     return requested

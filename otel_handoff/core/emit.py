@@ -163,6 +163,18 @@ def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecor
         telemetry.metrics.record_phases(((phase.name, seconds),), emitted.attributes, emitted.context)
 
 
+def count_unreachable(telemetry: HandoffTelemetry, from_agent: str | None, calls: int = 1) -> None:
+    """Handoff tool calls the framework refused before any handoff (a target ``from_agent`` may not
+    reach): no span, as nothing was handed off; counted in ``agent_handoff.unreachable_calls``."""
+    metrics = telemetry.metrics
+    if not metrics.enabled:
+        return
+    attributes = {sc.FRAMEWORK: telemetry.static_attributes[sc.FRAMEWORK]}
+    if from_agent is not None:
+        attributes[sc.FROM_AGENT_NAME] = from_agent
+    metrics.count_unreachable(attributes, calls)
+
+
 def _attributes(
     telemetry: HandoffTelemetry, record: HandoffRecord
 ) -> tuple[dict[str, Any], dict[str, float]]:

@@ -18,10 +18,12 @@ from . import schema as sc
 
 _METRIC_KEYS = frozenset(sc.METRIC_ATTRIBUTES)
 _PHASE_METRIC_KEYS = frozenset(sc.PHASE_METRIC_ATTRIBUTES)
+_UNREACHABLE_KEYS = frozenset(sc.UNREACHABLE_METRIC_ATTRIBUTES)
 
 
 class HandoffMetrics:
-    """The two histograms, created once per ``instrument()``; a handoff count is the duration's count."""
+    """The two histograms and the unreachable-call counter, created once per ``instrument()``; a
+    handoff count is the duration's count."""
 
     def __init__(self, meter_provider: metrics.MeterProvider | None, scope: str, phases: bool = True) -> None:
         """``phases`` False: no ``agent_handoff.phase.duration`` points (for fleets that pay per
@@ -40,9 +42,16 @@ class HandoffMetrics:
             description="Time of one phase of a handoff (queue and lock waits, drain, start, on_enter...).",
             explicit_bucket_boundaries_advisory=sc.DURATION_BUCKETS,
         )
+        self._unreachable = meter.create_counter(
+            sc.METRIC_UNREACHABLE_CALLS,
+            unit="{call}",
+            description="Handoff tool calls the framework refused before any handoff: a target this agent "
+            "may not reach.",
+        )
         # metrics turned off (a NoOp meter provider): a handoff does not even pick attributes
-        self.enabled = not all(
-            isinstance(instrument, metrics.NoOpHistogram) for instrument in (self._duration, self._phase)
+        self.enabled = not (
+            all(isinstance(instrument, metrics.NoOpHistogram) for instrument in (self._duration, self._phase))
+            and isinstance(self._unreachable, metrics.NoOpCounter)
         )
 
     def record_handoff(self, seconds: float, span_attributes: Mapping[str, Any], handoff: Context) -> None:
@@ -61,6 +70,13 @@ class HandoffMetrics:
         common = _pick(span_attributes, _PHASE_METRIC_KEYS)
         for phase, seconds in phases:
             self._phase.record(seconds, {**common, sc.PHASE: phase}, context=handoff)
+
+    def count_unreachable(self, attributes: Mapping[str, Any], calls: int = 1) -> None:
+        """Refused handoff calls make no span (there was no handoff): this count is all that shows
+        them. Only bounded attributes are kept: a model can name any target."""
+        if not self.enabled:
+            return
+        self._unreachable.add(calls, _pick(attributes, _UNREACHABLE_KEYS))
 
 
 def _pick(attributes: Mapping[str, Any], keys: frozenset[str]) -> dict[str, Any]:

@@ -94,6 +94,10 @@ METRIC_ATTRIBUTES = (
     TURN_DETECTOR_REUSED,
 )
 PHASE_METRIC_ATTRIBUTES = (FROM_AGENT_NAME, TO_AGENT_NAME, FRAMEWORK, KIND)
+# handoff tool calls the framework refused before any handoff (a target the agent may not reach):
+# no span, a count; never the tool's or the target's name, which the model can make up
+METRIC_UNREACHABLE_CALLS = "agent_handoff.unreachable_calls"
+UNREACHABLE_METRIC_ATTRIBUTES = (FRAMEWORK, FROM_AGENT_NAME)
 
 PHASE_QUEUE_WAIT = "queue_wait"
 PHASE_LOCK_WAIT = "lock_wait"
