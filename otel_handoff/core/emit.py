@@ -213,6 +213,8 @@ def _attributes(
     if record.phases:
         # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested
         # in it): what they do not cover is the span's time less theirs (tests/support.py checks)
+        if record.phases_overlap:
+            covered = _union_seconds(record)
         unattributed = (record.end_ns - record.start_ns) / 1e9 - covered
         if unattributed >= UNATTRIBUTED_REPORTED_S:
             attributes[sc.UNATTRIBUTED_DURATION] = unattributed
@@ -220,6 +222,21 @@ def _attributes(
     if cut_short is not None:
         del seconds[cut_short]
     return attributes, seconds
+
+
+def _union_seconds(record: HandoffRecord) -> float:
+    """The time a handoff's phases cover together, where some run side by side; nested phases
+    (inside another) aside, one still running counted to the handoff's end."""
+    intervals = sorted(
+        (phase.start_ns, min(phase.end_ns or record.end_ns, record.end_ns))
+        for phase in record.phases
+        if _ROLES[phase.name][0] is not None or _ROLES[phase.name][2]
+    )
+    covered, reach = 0, record.start_ns
+    for start, end in intervals:
+        covered += max(0, end - max(start, reach))
+        reach = max(reach, end)
+    return covered / 1e9
 
 
 def _own_ns(phase: PhaseRecord) -> int:

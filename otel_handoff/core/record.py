@@ -52,3 +52,6 @@ class HandoffRecord:
     phases: list[PhaseRecord] = field(default_factory=list)
     # seconds for agent_handoff.duration; None: the sum of the phases whose role is "work"
     duration: float | None = None
+    # phases that run side by side (a realtime handoff's session update within the old response's
+    # drain): what they leave uncovered is found from their union, not from the span less their sum
+    phases_overlap: bool = False

@@ -212,6 +212,7 @@ def emit_tool_handoff(
         attributes=attributes,
         phases=handoff.phases(end_ns, error, spoke=error is None and ended_by is None),
         duration=(end_ns - start_ns) / 1e9,
+        phases_overlap=trigger == sc.TRIGGER_REALTIME_TOOL,  # the session update within the drain
     )
 
 
