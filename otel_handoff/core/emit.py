@@ -66,6 +66,9 @@ _ROLES = {
 }
 
 
+_INTERVAL = operator.attrgetter("start_ns", "end_ns")  # a phase's (start, end), in C
+
+
 class Emitted(NamedTuple):
     """What later spans of a handoff need once its span is made."""
 
@@ -187,6 +190,9 @@ def _attributes(
     attributes.update(compress(zip(_OPTIONAL_KEYS, values, strict=True), map(is_not, values, _NONES)))
     if record.attributes:
         attributes.update(record.attributes)
+    if not record.phases:  # a decision that landed (AG2): no phase to add up
+        attributes[sc.DURATION] = record.duration if record.duration is not None else 0.0
+        return attributes, {}
     seconds: dict[str, float] = {}  # several lock waits add up
     work = 0.0
     cut_short = None
@@ -210,14 +216,13 @@ def _attributes(
             covered += value
             if isinstance(phase.error, asyncio.CancelledError):
                 cut_short = name  # cut short: not a duration of that phase, left out of the metric
-    if record.phases:
-        # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested
-        # in it): what they do not cover is the span's time less theirs (tests/support.py checks)
-        if record.phases_overlap:
-            covered = _union_seconds(record)
-        unattributed = (record.end_ns - record.start_ns) / 1e9 - covered
-        if unattributed >= UNATTRIBUTED_REPORTED_S:
-            attributes[sc.UNATTRIBUTED_DURATION] = unattributed
+    # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested in
+    # it): what they do not cover is the span's time less theirs (tests/support.py checks)
+    if record.phases_overlap:
+        covered = _union_seconds(record)
+    unattributed = (record.end_ns - record.start_ns) / 1e9 - covered
+    if unattributed >= UNATTRIBUTED_REPORTED_S:
+        attributes[sc.UNATTRIBUTED_DURATION] = unattributed
     attributes[sc.DURATION] = record.duration if record.duration is not None else work
     if cut_short is not None:
         del seconds[cut_short]
@@ -225,17 +230,15 @@ def _attributes(
 
 
 def _union_seconds(record: HandoffRecord) -> float:
-    """The time a handoff's phases cover together, where some run side by side; nested phases
-    (inside another) aside, one still running counted to the handoff's end."""
-    intervals = sorted(
-        (phase.start_ns, min(phase.end_ns or record.end_ns, record.end_ns))
-        for phase in record.phases
-        if _ROLES[phase.name][0] is not None or _ROLES[phase.name][2]
-    )
+    """The time a handoff's phases cover together, where some run side by side (a nested phase
+    lies inside another, so it adds nothing); one still running counts to the handoff's end."""
+    end = record.end_ns
     covered, reach = 0, record.start_ns
-    for start, end in intervals:
-        covered += max(0, end - max(start, reach))
-        reach = max(reach, end)
+    for start, stop in sorted(map(_INTERVAL, record.phases)):
+        stop = min(stop or end, end)
+        if stop > reach:
+            covered += stop - max(start, reach)
+            reach = stop
     return covered / 1e9
 
 
