@@ -37,6 +37,7 @@ from typing import Any
 import netns
 import pytest
 import stack
+from call_checks import ROUNDING_US, accounting_problems, end_us, jaeger_warnings
 from livekit_call.deployment import (
     CONVERSATION_ID,
     EXPECTED_IN_JOB_TRACE,
@@ -75,8 +76,6 @@ def heard_tolerance(run: Deployment) -> float:
     return HEARD_TOLERANCE_BUSY_JOB_S if run.name == "silero" else HEARD_TOLERANCE_S
 
 
-GAP_US = 1_000  # uncovered time between a handoff's phases
-ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
 # the handoff's phases (docs/livekit.md, the span model)
 PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "resume", "on_enter")
 # the uplink's estimate against the caller: the agent's jitter buffer for the caller's stream, which
@@ -84,7 +83,6 @@ PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "r
 UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
-UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
 # one breath each (a pause would end the turn early), of different lengths
 CALLS = (
@@ -183,10 +181,6 @@ def captured_ns(run: Deployment, call: CallRecord) -> int:
     return found["time_ns"]
 
 
-def end_us(span: Span) -> int:
-    return span["start_us"] + span["duration_us"]
-
-
 # --- the calls themselves ---------------------------------------------------------------------------
 def test_calls_are_heard_to_the_end(run: Deployment) -> None:
     """Every call ran as scripted: greeting, speech, handoff, the new agent heard, hang-up."""
@@ -262,39 +256,13 @@ def test_phases_cover_the_handoff(run: Deployment) -> None:
     problems = []
     for call in calls_of(run):
         span = handoff(call)
-        start, end = span["start_us"], end_us(span)
-        covered, cursor, gaps = 0, start, []
-        phases = phases_of(call.spans, span)
-        for phase in phases:
-            begin, finish = max(phase["start_us"], cursor), min(end_us(phase), end)
-            if begin > cursor:
-                gaps.append((phase["name"], begin - cursor))
-            if finish > begin:
-                covered += finish - begin
-                cursor = finish
-        if end > cursor:
-            gaps.append(("the end", end - cursor))
-        wide = [(name, us) for name, us in gaps if us >= GAP_US]
-        unattributed = span["attributes"].get(UNATTRIBUTED)
-        if unattributed is None:
-            if wide:
-                problems.append(f"{call.room}: gaps of ≥ 1 ms before {wide} (µs) and no {UNATTRIBUTED}")
-        elif abs(covered + unattributed * 1e6 - span["duration_us"]) > ROUNDING_US * (2 * len(phases) + 2):
-            problems.append(
-                f"{call.room}: phases {covered} µs + unattributed {unattributed * 1e6:.0f} µs"
-                f" ≠ the span's {span['duration_us']} µs"
-            )
+        problems += accounting_problems(call.room, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 
 def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
     """``/api/traces/<id>`` notes nothing on a span of ours (e.g. a child outliving its parent)."""
-    problems = [
-        f"{call.room}: {span['name']}: {call.warnings[span['span_id']]}"
-        for call in run.calls
-        for span in call.spans
-        if span["name"].startswith("agent_handoff") and span["span_id"] in call.warnings
-    ]
+    problems = [p for call in run.calls for p in jaeger_warnings(call.room, call.spans, call.warnings)]
     assert not problems, "\n".join(problems)
 
 

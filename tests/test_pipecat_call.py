@@ -28,6 +28,7 @@ from typing import Any
 import netns
 import pytest
 import stack
+from call_checks import ROUNDING_US, accounting_problems, end_us, jaeger_warnings
 from pipecat_call.deployment import (
     CONVERSATION_ID,
     EXPECTED_IN_TRACE,
@@ -51,9 +52,6 @@ pytest.importorskip("aiortc", reason="needs pipecat-ai's webrtc extra (aiortc)")
 FRAMEWORK = "pipecat-flows"
 CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new node's first audio is written
 ARRIVAL_SECONDS = 5.0
-GAP_US = 1_000  # uncovered time between a transition's phases
-ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
-UNATTRIBUTED = "agent_handoff.unattributed.duration"
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
 HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
@@ -128,10 +126,6 @@ def written_ns(run: Deployment, call: CallRecord) -> int:
     found = call.measured(run.records, "first_frame", SECOND_NODE)
     assert found is not None, f"{call.id}: the bot never wrote {SECOND_NODE}'s voice"
     return found["time_ns"]
-
-
-def end_us(span: Span) -> int:
-    return span["start_us"] + span["duration_us"]
 
 
 # --- the calls themselves ---------------------------------------------------------------------------
@@ -211,39 +205,13 @@ def test_phases_cover_the_transition(run: Deployment) -> None:
     problems = []
     for call in run.calls:
         span = handoff(call)
-        start, end = span["start_us"], end_us(span)
-        covered, cursor, gaps = 0, start, []
-        phases = phases_of(call.spans, span)
-        for phase in phases:
-            begin, finish = max(phase["start_us"], cursor), min(end_us(phase), end)
-            if begin > cursor:
-                gaps.append((phase["name"], begin - cursor))
-            if finish > begin:
-                covered += finish - begin
-                cursor = finish
-        if end > cursor:
-            gaps.append(("the end", end - cursor))
-        wide = [(name, us) for name, us in gaps if us >= GAP_US]
-        unattributed = span["attributes"].get(UNATTRIBUTED)
-        if unattributed is None:
-            if wide:
-                problems.append(f"{call.id}: gaps of ≥ 1 ms before {wide} (µs) and no {UNATTRIBUTED}")
-        elif abs(covered + unattributed * 1e6 - span["duration_us"]) > ROUNDING_US * (2 * len(phases) + 2):
-            problems.append(
-                f"{call.id}: phases {covered} µs + unattributed {unattributed * 1e6:.0f} µs"
-                f" ≠ the span's {span['duration_us']} µs"
-            )
+        problems += accounting_problems(call.id, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 
 def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
     """``/api/traces/<id>`` notes nothing on a span of ours (e.g. a child outliving its parent)."""
-    problems = [
-        f"{call.id}: {span['name']}: {call.warnings[span['span_id']]}"
-        for call in run.calls
-        for span in call.spans
-        if span["name"].startswith("agent_handoff") and span["span_id"] in call.warnings
-    ]
+    problems = [p for call in run.calls for p in jaeger_warnings(call.id, call.spans, call.warnings)]
     assert not problems, "\n".join(problems)
 
 
