@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -73,6 +75,52 @@ def _get_json(url: str) -> Any:
     status, body = _http(url)
     assert status == 200, (url, status, body[:500])
     return json.loads(body)
+
+
+class JsonLinePeer:
+    """A process in a network namespace (a real call's caller) spoken to in JSON lines: one
+    command on its stdin, one answer on its stdout; its stderr goes to ``log``. It is stopped
+    with the namespace, whatever happens."""
+
+    def __init__(
+        self, space: netns.Namespace, command: list[str], log: Path, env: dict[str, str], started: str
+    ) -> None:
+        self.log = log
+        with log.open("ab") as stderr:
+            self.process = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=env
+            )
+        space.processes.append(self.process)
+        self._lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._answer(started, 60.0)
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+        self._lines.put(b"")
+
+    def _answer(self, what: str, timeout: float) -> dict[str, Any]:
+        try:
+            line = self._lines.get(timeout=timeout)
+        except queue.Empty:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
+        if not line:
+            raise AssertionError(f"the caller exited: {_tail(self.log)}")
+        return json.loads(line)
+
+    def ask(self, command: dict[str, Any], what: str, timeout: float) -> dict[str, Any]:
+        """Send ``command``; its answer, failing naming ``what`` at ``timeout`` seconds."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps(command).encode() + b"\n")
+        self.process.stdin.flush()
+        return self._answer(what, timeout)
+
+    def close(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        netns.stop(self.process)
 
 
 def _tail(path: Path) -> str:

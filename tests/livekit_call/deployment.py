@@ -13,12 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -96,43 +94,15 @@ class Caller:
             *(sys.executable, str(HERE / "caller.py")),
             *(server.url, server.api_key, server.api_secret, AGENT_NAME, str(workdir)),
         ]
-        self.log = workdir / "caller.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "LIVEKIT_"))}
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env
-            )
-        space.processes.append(self.process)  # stopped with the namespace, whatever happens
-        self._lines: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self._answer("the caller to start", 60.0)
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line)
-        self._lines.put(b"")
-
-    def _answer(self, what: str, timeout: float) -> dict[str, Any]:
-        try:
-            line = self._lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}") from None
-        if not line:
-            raise AssertionError(f"the caller exited: {stack._tail(self.log)}")
-        return json.loads(line)
+        self.peer = stack.JsonLinePeer(space, command, workdir / "caller.log", env, "the caller to start")
 
     def call(self, room: str, call: Call) -> dict[str, Any]:
-        assert self.process.stdin is not None
         command = {"room": room, "speech": call.speech, "linger": call.linger}
-        self.process.stdin.write(json.dumps(command).encode() + b"\n")
-        self.process.stdin.flush()
-        return self._answer(f"call {room}", CALL_TIMEOUT)
+        return self.peer.ask(command, f"call {room}", CALL_TIMEOUT)
 
     def close(self) -> None:
-        if self.process.stdin is not None:
-            self.process.stdin.close()
-        netns.stop(self.process)
+        self.peer.close()
 
 
 # --- Jaeger ---------------------------------------------------------------------------------------
