@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The framework version matrix: each release in its own virtual environment, running that
 # framework's tests (which skip what a release cannot do: reuse before livekit-agents 1.5.3, ...).
-# Usage: .ci/matrix.sh [PIP_SPEC ...]   e.g. .ci/matrix.sh livekit-agents==1.6.10 ag2==0.9.10
+# Usage: .ci/matrix.sh [PIP_SPEC[@PYTHON_MINOR] ...]   e.g. .ci/matrix.sh livekit-agents==1.6.10 ag2==0.9.10@3.12
 # A spec without "==" (e.g. `ag2`) installs whatever release is newest when CI runs: lower bounds
 # only, so the release after the ones we pinned is tested the day it ships.
 # Cells run two at a time (MATRIX_JOBS=N for N); each cell's output is printed whole when it ends,
@@ -15,8 +15,12 @@ pyenv_python() { # minor version -> newest pyenv interpreter of it, if any
   ls -d "$root"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -n 1
 }
 NEWEST_LIVEKIT="1.8.9"
+PY312="$(pyenv_python 3.12)"
 if [[ $# -gt 0 ]]; then
-  CELLS=(); for spec in "$@"; do CELLS+=("$spec|$PY311"); done
+  CELLS=()
+  for spec in "$@"; do
+    if [[ "$spec" == *@* ]]; then CELLS+=("${spec%@*}|$(pyenv_python "${spec##*@}")"); else CELLS+=("$spec|$PY311"); fi
+  done
 else
   CELLS=(
     "livekit-agents==1.2.18|$PY311" "livekit-agents==1.4.6|$PY311" "livekit-agents==1.5.17|$PY311"
@@ -33,6 +37,11 @@ else
     "strands-agents==1.17.0|$PY311" "strands-agents==1.40.0|$PY311" "strands-agents|$PY311"
     "agent-framework-orchestrations==1.0.0|$PY311" "agent-framework-orchestrations==1.2.0|$PY311"
     "agent-framework-orchestrations|$PY311"
+    # CPython 3.12, what many deployments run: the newest pinned release of every framework
+    "livekit-agents==$NEWEST_LIVEKIT|$PY312" "autogen==0.14.1|$PY312" "ag2==1.2.1|$PY312"
+    "pipecat-ai==1.14.0|$PY312" "openai-agents==0.24.0|$PY312" "google-adk==2.13.0|$PY312"
+    "langgraph==1.2.24|$PY312" "llama-index-core==0.14.25|$PY312" "strands-agents==1.62.0|$PY312"
+    "agent-framework-orchestrations==1.4.0|$PY312"
   )
 fi
 

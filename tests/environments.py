@@ -31,16 +31,16 @@ ADK_REQUIREMENTS = [
 ]
 
 
-def environment(name: str, requirements: list[str]) -> Path:
-    """``ROOT/name``, a virtual environment with ``requirements``, made unless already made so."""
+def environment(name: str, requirements: list[str], python: str = sys.executable) -> Path:
+    """``ROOT/name``, an environment of ``python`` with ``requirements``, made unless already made so."""
     venv = ROOT / name
     stamp = hashlib.sha256(
-        "\n".join([*requirements, (ROOT / "pyproject.toml").read_text()]).encode()
+        "\n".join([python, *requirements, (ROOT / "pyproject.toml").read_text()]).encode()
     ).hexdigest()
     marker = venv / "otel-handoff-requirements.sha256"
     if marker.exists() and marker.read_text() == stamp:
         return venv
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
+    subprocess.run([python, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
     pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
     # the project and its framework first (seconds); then the rest held to the opentelemetry
     # releases that chose (pip alone backtracks through every opentelemetry-distro: minutes)
@@ -94,3 +94,25 @@ def python_for(framework: str) -> str:
         return sys.executable
     name, requirements = OWN_ENVIRONMENTS[framework]
     return str(environment(name, requirements) / "bin" / "python")
+
+
+# every CPython from 3.10 a user may run: the exit and delivery tests run on each (tests/test_every_python.py)
+OLDEST_PYTHON = (3, 10)
+PYTHONS_EXPECTED = ("3.10", "3.11", "3.12", "3.13")  # what our machines carry; 3.14 too where present
+EVERY_PYTHON_REQUIREMENTS = ["-e", ".[openai-agents]", "opentelemetry-distro", "uvicorn>=0.30"]
+
+
+def pythons() -> dict[str, str]:
+    """minor version ("3.12") -> the newest pyenv interpreter of it, from 3.10 on (this one's
+    minor: this interpreter, when pyenv has none)."""
+    import os
+
+    root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = {"{}.{}".format(*sys.version_info[:2]): sys.executable}
+    releases = [p for p in root.glob("3.*") if re.fullmatch(r"3\.\d+\.\d+", p.name)]  # no dev builds
+    for release in sorted(releases, key=lambda p: tuple(map(int, p.name.split(".")))):  # newest last
+        minor = release.name.rsplit(".", 1)[0]
+        interpreter = release / "bin" / f"python{minor}"
+        if tuple(map(int, minor.split("."))) >= OLDEST_PYTHON and interpreter.exists():
+            found[minor] = str(interpreter)
+    return dict(sorted(found.items(), key=lambda item: tuple(map(int, item[0].split(".")))))

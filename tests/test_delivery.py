@@ -257,3 +257,113 @@ def test_every_framework_sends_its_handoffs_when_the_conversation_ends(rotel: Ro
     finally:
         app.kill()
         app.wait()
+
+
+# --- a good guest: what the exit machinery leaves in the app's process ------------------------------
+FORK_GENERATIONS = """
+import multiprocessing, sys, threading
+from multiprocessing import util
+from otel_handoff.core import delivery
+from opentelemetry import trace
+
+def registered():
+    finalizers = sum(1 for f in util._finalizer_registry.values() if f._callback is delivery._run_exits)
+    after_fork = sum(1 for obj in list(util._afterfork_registry.values()) if obj is delivery._after_fork)
+    threads = sorted(t.name for t in threading.enumerate() if t.name.startswith("otel-handoff"))
+    return finalizers, after_fork, threads
+
+def generation(depth, queue):
+    queue.put((depth, *registered()))
+    if depth < 4:
+        child = multiprocessing.get_context("fork").Process(target=generation, args=(depth + 1, queue))
+        child.start()
+        child.join()
+
+if __name__ == "__main__":
+    delivery.remember(trace.get_tracer("t"), None)
+    queue = multiprocessing.get_context("fork").SimpleQueue()
+    print(0, *registered(), flush=True)
+    generation_0 = multiprocessing.get_context("fork").Process(target=generation, args=(1, queue))
+    generation_0.start()
+    generation_0.join()
+    for _ in range(4):
+        print(*queue.get(), flush=True)
+"""
+
+
+def test_the_exit_is_registered_once_in_every_fork_generation(tmp_path: Path) -> None:
+    """One finalizer, one after-fork callback and our three threads, at fork depths 0 to 4 (the
+    callback had registered itself again in each child: 2, 4, 8, 16 finalizers)."""
+    app = tmp_path / "forks.py"
+    app.write_text(FORK_GENERATIONS, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 5, done.stdout
+    threads = "['otel-handoff-exit', 'otel-handoff-flush', 'otel-handoff-stop']"
+    for depth, line in enumerate(lines):
+        assert line == f"{depth} 1 1 {threads}", done.stdout
+
+
+UVICORN_WRAP = """
+import uvicorn.server
+from opentelemetry import trace
+from otel_handoff.openai_agents import OpenAIAgentsHandoffInstrumentor
+import agents  # noqa: F401  (the framework imported: the instrumentor wraps now)
+
+def wrapped():
+    return hasattr(uvicorn.server.Server.shutdown, "__wrapped__")
+
+print("before", wrapped())
+instrumentor = OpenAIAgentsHandoffInstrumentor()
+instrumentor.instrument(tracer_provider=trace.NoOpTracerProvider())
+print("instrumented", wrapped())
+instrumentor.uninstrument()
+print("uninstrumented", wrapped())
+instrumentor.instrument(tracer_provider=trace.NoOpTracerProvider())
+print("again", wrapped())
+instrumentor.uninstrument()
+print("again uninstrumented", wrapped())
+"""
+
+
+def test_uvicorn_is_wrapped_only_while_instrumented(tmp_path: Path) -> None:
+    app = tmp_path / "uvicorn_wrap.py"
+    app.write_text(UVICORN_WRAP, encoding="utf-8")
+    done = subprocess.run([sys.executable, str(app)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [
+        "before False",
+        "instrumented True",
+        "uninstrumented False",
+        "again True",
+        "again uninstrumented False",
+    ]
+
+
+def test_the_flush_count_is_exact_under_concurrent_conversation_ends() -> None:
+    """Every ask is counted (askers run on any thread), so a wait covers every flush asked."""
+    from opentelemetry import trace
+
+    provider = _BlockingProvider()
+    provider.release.set()
+    tracer = trace.NoOpTracer()
+    delivery.remember(tracer, provider)
+    flusher = delivery._flusher
+    before = flusher.asked
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave as often as the interpreter lets them
+    try:
+        threads = [
+            threading.Thread(target=lambda: [flusher.ask(tracer, urgent=True) for _ in range(5000)])
+            for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert flusher.asked - before == 8 * 5000
+    assert delivery.flush_pending(30)
+    assert flusher.done == flusher.asked

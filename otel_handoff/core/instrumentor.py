@@ -174,7 +174,9 @@ class HandoffInstrumentor(BaseInstrumentor):
         result = super().instrument(**kwargs)
         if not type(self)._in_place():
             self._is_instrumented_by_opentelemetry = False
-        elif "tracer_provider" not in kwargs:
+            return result
+        delivery.instrumented(type(self))  # a uvicorn server's end flushes, while we are in place
+        if "tracer_provider" not in kwargs:
             _warn_if_nothing_exports()
         return result
 
@@ -230,6 +232,7 @@ class HandoffInstrumentor(BaseInstrumentor):
             return None
         result = super().uninstrument(**kwargs)
         end_open_roots(_framework_of(type(self)).span_framework)  # nothing of ours stays open
+        delivery.uninstrumented(type(self))
         return result
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -3,12 +3,15 @@ finishes TLS), flushing at exit costs a process about a second, then one line sa
 
 The SDK's own shutdown waits out the exporter's timeout and every retry (10 s and more per
 export over HTTP against a receiver that accepts and never answers). Here the providers are shut
-down on a helper thread that the exit waits for ``EXIT_TIMEOUT_SECONDS``; then the exporters are
+down on a thread of ours that the exit waits for ``EXIT_TIMEOUT_SECONDS``; then the exporters are
 shut down (ending retries and, for gRPC, in-flight calls), the exit waits a moment more, and goes.
+Both threads were started with the set-up (``core.delivery``'s lanes): CPython 3.12 refuses to
+start one at interpreter shutdown.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Sequence
@@ -19,6 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from ..core import delivery
 from ..core.delivery import EXIT_TIMEOUT_SECONDS
 from .quiet import QuietSpanExporter
 from .settings import what_to_check
@@ -65,7 +69,6 @@ def shutdown_within(
     for exporter in exporters:
         if getattr(exporter, "outage_down", False):
             exporter.shutdown()
-    finished = threading.Event()
 
     def shut_down() -> None:
         try:
@@ -74,17 +77,21 @@ def shutdown_within(
                 meter_provider.shutdown()
         except Exception as exc:  # the exit goes on; the report says what was lost
             _LOG.debug("otel-handoff: provider shutdown failed at exit: %s", exc)
-        finally:
-            finished.set()
 
-    threading.Thread(target=shut_down, name="otel-handoff-exit", daemon=True).start()
+    # on threads started with the set-up: CPython 3.12 starts none at the interpreter's end
+    finished, wait = delivery.lane("exit").run(shut_down), timeout
+    if finished is None:  # no thread of ours: flush here, bounded by the SDK's own flush timeout
+        finished, wait = threading.Event(), 0.0
+        if tracer_provider.force_flush(int(timeout * 1000)):
+            finished.set()
     # exporter -> why its export in flight has not finished (None: no word from the receiver at all)
     hung: dict[QuietSpanExporter, str | None] = {}
-    if not finished.wait(timeout):
+    if not finished.wait(wait):
         # read before the shutdown cuts those exports short
         hung = {e: e.last_failure for e in exporters if isinstance(e, QuietSpanExporter) and e.in_flight}
-        threading.Thread(target=_shut_each, args=(exporters,), name="otel-handoff-stop", daemon=True).start()
-        finished.wait(_AFTER_SHUTDOWN_SECONDS)
+        stopped = delivery.lane("stop").run(functools.partial(_shut_each, exporters))
+        if stopped is not None:
+            finished.wait(_AFTER_SHUTDOWN_SECONDS)
     spans = [e for e in exporters if isinstance(e, QuietSpanExporter)]
     return ExitReport(sum(e.undelivered for e in spans), _why(spans, hung, timeout))
 
