@@ -520,7 +520,8 @@ def answers(result: Any) -> list[dict[str, Any]]:
 
 def assert_nothing_of_ours_kept() -> None:
     telemetry = StrandsHandoffInstrumentor._telemetry
-    assert (telemetry.runs, telemetry.agents, telemetry.tool_starts, telemetry.awaiting) == ({}, {}, {}, 0)
+    kept = (telemetry.runs, telemetry.starting, telemetry.agents, telemetry.tool_starts, telemetry.awaiting)
+    assert kept == ({}, {}, {}, {}, 0)
 
 
 @needs_interrupts
@@ -611,3 +612,25 @@ async def test_a_swarm_restored_from_its_session_resumes_the_handoff(traced: Spa
         assert handoff.attributes[sc.GEN_AI_TOOL_CALL_ID] == tool_span.attributes[sc.GEN_AI_TOOL_CALL_ID]
     else:  # triage's messages are not restored: the call is in no message of this process
         assert sc.GEN_AI_TOOL_CALL_ID not in handoff.attributes
+
+
+@needs_interrupts
+async def test_a_resume_with_answers_to_no_interrupt_raises_as_before_and_keeps_nothing(
+    traced: Spans,
+) -> None:
+    """Strands refuses it after its run's start, before anything can end the run: nothing of ours
+    may wait for that end (a run of ours held the swarm for good); only a weak note is left."""
+    import gc
+
+    swarm = interrupted_swarm("drain")
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    wrong = [{"interruptResponse": {"interruptId": "no-such-interrupt", "response": "yes"}}]
+    with pytest.raises(KeyError):
+        await st.stream(swarm, wrong)
+    assert StrandsHandoffInstrumentor._telemetry.runs == {}
+    assert not [r for r in gc.get_referrers(swarm) if type(r).__module__.startswith("otel_handoff")]
+    await st.stream(swarm, answers(interrupted))  # the right answers still resume it
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.INTERRUPTED] is True
+    assert phase_names(traced, handoff) == PHASES[1:]
+    assert_nothing_of_ours_kept()

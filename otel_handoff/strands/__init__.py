@@ -118,5 +118,6 @@ class StrandsHandoffInstrumentor(HandoffInstrumentor):
 
     def before_uninstrument(self, telemetry: Any) -> None:
         telemetry.runs.clear()
+        telemetry.starting.clear()
         telemetry.agents.clear()
         telemetry.tool_starts.clear()

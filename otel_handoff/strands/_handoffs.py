@@ -20,6 +20,7 @@ Nothing of ours is on the per-token path (a streamed token costs Strands about 7
 from __future__ import annotations
 
 import time
+import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,7 +53,9 @@ class SwarmTelemetry(HandoffTelemetry):
 
     swarm_type: type | None = None
     sessions: Conversations = field(init=False)  # per session id: counted on across runs
-    runs: dict[int, Run] = field(default_factory=dict)  # by id(swarm), while it runs
+    runs: dict[int, Run] = field(default_factory=dict)  # by id(swarm), from its first node to its end
+    # by id(swarm), from its run's start to its first node: the swarm, weakly, and whether it resumes
+    starting: dict[int, tuple[weakref.ref[Any], bool]] = field(default_factory=dict)
     agents: dict[int, tuple[Run, str]] = field(default_factory=dict)  # id(agent) -> its run and node
     tool_starts: dict[str, int] = field(default_factory=dict)  # toolUseId -> when it started
     awaiting: int = 0  # handoffs whose new agent's model call started, until its first output
@@ -407,7 +410,10 @@ def _swarm_started(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None
         return  # a Graph: no handoffs
     # still the interrupted run's status here: this run resumes it (in this process or restored)
     resuming = telemetry.interrupts and _status_of(swarm) == "interrupted"
-    telemetry.runs[id(swarm)] = Run(telemetry, swarm, conversation_of(telemetry, swarm), resuming)
+    # only a weak note until its first node, inside the run's try (its end is sure to come then):
+    # a run that raises before (a resume with answers to no interrupt) keeps nothing, nor the swarm
+    key, starting = id(swarm), telemetry.starting
+    starting[key] = (weakref.ref(swarm, lambda _, key=key: starting.pop(key, None)), resuming)
 
 
 def _status_of(swarm: Any) -> str | None:
@@ -416,6 +422,7 @@ def _status_of(swarm: Any) -> str | None:
 
 def _swarm_ended(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
     swarm = getattr(event, "source", None)
+    telemetry.starting.pop(id(swarm), None)  # no node ran
     run = telemetry.runs.pop(id(swarm), None)
     if run is None:
         return
@@ -427,6 +434,11 @@ def _swarm_ended(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
 def _node_starting(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
     swarm = getattr(event, "source", None)
     run = telemetry.runs.get(id(swarm))
+    if run is None:
+        note = telemetry.starting.pop(id(swarm), None)
+        if note is not None and note[0]() is swarm:  # its first node: the run is on
+            run = Run(telemetry, swarm, conversation_of(telemetry, swarm), note[1])
+            telemetry.runs[id(swarm)] = run
     if run is not None:
         run.node_starting(event, start_ns)
         agent = id(getattr(swarm.nodes.get(event.node_id), "executor", None))
