@@ -267,9 +267,9 @@ class Run:
                 self._emit(switching, now, sc.OUTCOME_REJECTED, reason=self._why_not_run())
         if taken is not None:  # the old node's turn never ended: it failed, or the run was cancelled
             taken.drain_end_ns = now
-            self._emit(
-                taken, now, sc.OUTCOME_ERROR, error=self._failure(taken.from_agent) or sc.ERROR_CANCELLED
-            )
+            # no result of its turn in a failed run: its node timed out (before 1.2x no AfterNodeCall)
+            stopped = sc.ERROR_CANCELLED if status == "executing" else sc.ERROR_TIMEOUT
+            self._emit(taken, now, sc.OUTCOME_ERROR, error=self._failure(taken.from_agent) or stopped)
         self.conversation.run_ended()
 
     def _interrupted(self) -> None:
