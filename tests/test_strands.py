@@ -559,6 +559,35 @@ async def test_an_interrupted_handoff_is_one_span_in_the_run_that_resumes_it(
 
 
 @needs_interrupts
+async def test_an_interrupt_in_the_new_agents_turn_comes_after_the_handoff_completed(traced: Spans) -> None:
+    """Within its turn the new agent can be interrupted only once its model answered (its tools):
+    the handoff completed in the interrupted run, and the resumed run makes none."""
+    from strands.multiagent import Swarm
+
+    nodes = [
+        st.agent("triage", [{"handoff": "billing"}, {"text": "Billing will help you."}], 0.01),
+        st.agent(
+            "billing",
+            [{"tools": ["confirm"]}, {"text": "Your last invoice was paid in full."}],
+            0.01,
+            [AskFirst(tool="confirm")],
+            tools=[confirm],
+        ),
+    ]
+    swarm = Swarm(nodes, entry_point=nodes[0])
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    assert interrupted.status.value == "interrupted"
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert sc.INTERRUPTED not in handoff.attributes
+    assert phase_names(traced, handoff) == PHASES
+    resumed = (await st.stream(swarm, answers(interrupted)))[-1]["result"]
+    assert resumed.status.value == "completed"
+    assert traced.handoffs() == [handoff]
+    assert_nothing_of_ours_kept()
+
+
+@needs_interrupts
 @pytest.mark.parametrize("where", list(RESUMED_PHASES))
 async def test_an_interrupted_run_never_resumed_leaves_nothing_of_ours(traced: Spans, where: str) -> None:
     import gc

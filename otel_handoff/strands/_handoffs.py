@@ -252,7 +252,7 @@ class Run:
         """The run is over (its result, an exception, the app closing the stream): what is open ends."""
         status = _status_of(self.swarm)
         if status == "interrupted":
-            self._interrupted()
+            self._interrupted(now)
             return
         switching, taken = self.switching, self.taken
         self.taken = None
@@ -272,15 +272,20 @@ class Run:
             self._emit(taken, now, sc.OUTCOME_ERROR, error=self._failure(taken.from_agent) or stopped)
         self.conversation.run_ended()
 
-    def _interrupted(self) -> None:
+    def _interrupted(self, now: int) -> None:
         """The run ended interrupted: what is in flight goes on in the run that resumes it (which
-        reads it off the swarm's state), or never; nothing of it is recorded or kept here."""
-        taken, self.taken = self.taken, None
-        if taken is not None:
-            self.conversation.withdraw(taken.sequence)
-        switching = self.switching
+        reads it off the swarm's state), or never; nothing of it is recorded or kept here. But a
+        new agent whose model call ran answered before it was interrupted (only its tools can be):
+        its handoff completed, seen here where its stream is not (up to 1.2x), as at a node's end."""
+        switching, taken = self.switching, self.taken
+        self.taken = None
         if switching is not None:
             self._settle(switching)
+            if switching.setup_end_ns:
+                self._emit(switching, now, sc.OUTCOME_COMPLETED)
+        if taken is not None:
+            self.conversation.withdraw(taken.sequence)
+        if switching is not None and not switching.setup_end_ns:
             self.conversation.withdraw(switching.sequence)
         # a handoff call in the interrupted node's output whose tool did not run: it runs on resume
         node = getattr(getattr(self.swarm, "state", None), "current_node", None)
