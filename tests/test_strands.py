@@ -22,7 +22,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.trace import StatusCode
-from strands.hooks import HookProvider, HookRegistry
+from strands import tool
+from strands.hooks import BeforeToolCallEvent, HookProvider, HookRegistry
 
 try:
     from strands.hooks import BeforeNodeCallEvent
@@ -32,11 +33,14 @@ from support import Spans
 
 from otel_handoff.cli.offline import strands as st
 from otel_handoff.core import schema as sc
-from otel_handoff.strands import StrandsHandoffInstrumentor
+from otel_handoff.strands import StrandsHandoffInstrumentor, swarm_interrupts
 
 PHASES = [sc.SPAN_HANDLER, sc.SPAN_DRAIN, sc.SPAN_SETUP, sc.SPAN_FIRST_OUTPUT]
 needs_end_turn = pytest.mark.skipif(
     st.AfterToolsEvent is None, reason="this strands-agents has no AfterToolsEvent"
+)
+needs_interrupts = pytest.mark.skipif(
+    not swarm_interrupts(), reason="swarm nodes interrupt and resume from strands-agents 1.20 on"
 )
 
 
@@ -429,3 +433,233 @@ def test_the_installed_release_has_everything() -> None:
     from otel_handoff.strands import shape_problems
 
     assert shape_problems() == []
+
+
+async def test_the_old_node_timing_out_in_its_drain_is_an_error(traced: Spans, caplog: Any) -> None:
+    caplog.set_level(logging.CRITICAL, logger="strands")
+    closing_reply = {"text": "Billing will help you.", "latency": 3.0}  # past the node's timeout
+    events = await st.stream(
+        st.swarm([{"handoff": "billing"}, closing_reply], latency=0.01, node_timeout=1.0)
+    )
+    assert events[-1]["result"].status.value == "failed"
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_ERROR
+    assert handoff.attributes[sc.ERROR_TYPE] == sc.ERROR_TIMEOUT
+    assert phase_names(traced, handoff) == [sc.SPAN_HANDLER, sc.SPAN_DRAIN]
+
+
+# --- human-in-the-loop interrupts: the swarm returns INTERRUPTED, the app resumes it with answers ----
+
+
+class AskFirst(HookProvider):
+    """The app's human in the loop: an interrupt before the tool ``tool`` runs, or before the node
+    ``node`` does; resumed with an answer, it goes on."""
+
+    def __init__(self, tool: str | None = None, node: str | None = None) -> None:
+        self.tool, self.node = tool, node
+
+    def register_hooks(self, registry: HookRegistry, **kwargs: Any) -> None:
+        if self.tool:
+            registry.add_callback(BeforeToolCallEvent, self.before_tool)
+        if self.node:
+            registry.add_callback(BeforeNodeCallEvent, self.before_node)
+
+    def before_tool(self, event: Any) -> None:
+        if event.tool_use["name"] == self.tool:
+            event.interrupt("approve-tool", reason="go ahead?")
+
+    def before_node(self, event: Any) -> None:
+        if event.node_id == self.node:
+            event.interrupt("approve-node", reason="go ahead?")
+
+
+@tool
+def confirm() -> str:
+    """Confirm the caller's request."""
+    return "confirmed"
+
+
+def interrupted_swarm(where: str, **options: Any) -> Any:
+    """triage hands off to billing, interrupted: before the handoff tool runs ("tool"), after it ran
+    in triage's turn (another tool of the turn asks, "drain"), or before billing's node runs ("node")."""
+    if where == "tool":
+        return st.swarm(
+            latency=0.01,
+            billing_latency=0.01,
+            triage_options={"hooks": [AskFirst(tool="handoff_to_agent")]},
+            **options,
+        )
+    if where == "drain":
+        from strands.tools.executors import SequentialToolExecutor
+
+        return st.swarm(
+            [{"handoff": "billing", "tools": ["confirm"]}, {"text": "Billing will help you."}],
+            latency=0.01,
+            billing_latency=0.01,
+            triage_options={
+                "tools": [confirm],
+                "hooks": [AskFirst(tool="confirm")],
+                "tool_executor": SequentialToolExecutor(),  # the handoff tool first, then confirm
+            },
+            **options,
+        )
+    return st.swarm(latency=0.01, billing_latency=0.01, hooks=[AskFirst(node="billing")], **options)
+
+
+# what the resumed run's span holds: the phases before the interrupt ran in the interrupted run
+RESUMED_PHASES = {
+    "tool": (PHASES, 1),
+    "drain": (PHASES[1:], 1),  # the closing reply, in the resumed run
+    "node": (PHASES[2:], 0),
+}
+
+
+def answers(result: Any) -> list[dict[str, Any]]:
+    return [{"interruptResponse": {"interruptId": i.id, "response": "yes"}} for i in result.interrupts]
+
+
+def assert_nothing_of_ours_kept() -> None:
+    telemetry = StrandsHandoffInstrumentor._telemetry
+    kept = (telemetry.runs, telemetry.starting, telemetry.agents, telemetry.tool_starts, telemetry.awaiting)
+    assert kept == ({}, {}, {}, {}, 0)
+
+
+@needs_interrupts
+@pytest.mark.parametrize("where", list(RESUMED_PHASES))
+async def test_an_interrupted_handoff_is_one_span_in_the_run_that_resumes_it(
+    traced: Spans, where: str
+) -> None:
+    swarm = interrupted_swarm(where)
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    assert interrupted.status.value == "interrupted"
+    assert traced.handoffs() == []  # nothing open, nothing half-recorded in the interrupted run
+    assert_nothing_of_ours_kept()
+    resumed = (await st.stream(swarm, answers(interrupted)))[-1]["result"]
+    assert resumed.status.value == "completed"
+    assert [n.node_id for n in resumed.node_history] == ["triage", "billing"]
+    [handoff] = traced.handoffs()
+    _, resumed_run = traced.named("invoke_swarm")
+    assert handoff.parent.span_id == resumed_run.context.span_id
+    assert handoff.start_time >= resumed_run.start_time  # not the human's wait
+    attributes = handoff.attributes
+    assert attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+    assert attributes[sc.INTERRUPTED] is True
+    assert attributes[sc.SEQUENCE] == 1
+    phases, drain_model_calls = RESUMED_PHASES[where]
+    assert phase_names(traced, handoff) == phases
+    assert_back_to_back(traced, handoff)
+    assert traced.children(handoff)[0].start_time == handoff.start_time  # the phases account for it
+    assert attributes[sc.DURATION] == pytest.approx(seconds(handoff), abs=1e-6)
+    assert attributes[sc.DRAIN_MODEL_CALLS] == drain_model_calls
+    # the id joins Strands' span of the handoff tool: the resumed run's, or the interrupted run's
+    tool_calls = {s.attributes[sc.GEN_AI_TOOL_CALL_ID] for s in traced.named("execute_tool handoff_to_agent")}
+    assert tool_calls == {attributes[sc.GEN_AI_TOOL_CALL_ID]}
+    assert_nothing_of_ours_kept()
+
+
+@needs_interrupts
+async def test_an_interrupt_in_the_new_agents_turn_comes_after_the_handoff_completed(traced: Spans) -> None:
+    """Within its turn the new agent can be interrupted only once its model answered (its tools):
+    the handoff completed in the interrupted run, and the resumed run makes none."""
+    from strands.multiagent import Swarm
+
+    nodes = [
+        st.agent("triage", [{"handoff": "billing"}, {"text": "Billing will help you."}], 0.01),
+        st.agent(
+            "billing",
+            [{"tools": ["confirm"]}, {"text": "Your last invoice was paid in full."}],
+            0.01,
+            [AskFirst(tool="confirm")],
+            tools=[confirm],
+        ),
+    ]
+    swarm = Swarm(nodes, entry_point=nodes[0])
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    assert interrupted.status.value == "interrupted"
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+    assert sc.INTERRUPTED not in handoff.attributes
+    assert phase_names(traced, handoff) == PHASES
+    resumed = (await st.stream(swarm, answers(interrupted)))[-1]["result"]
+    assert resumed.status.value == "completed"
+    assert traced.handoffs() == [handoff]
+    assert_nothing_of_ours_kept()
+
+
+@needs_interrupts
+@pytest.mark.parametrize("where", list(RESUMED_PHASES))
+async def test_an_interrupted_run_never_resumed_leaves_nothing_of_ours(traced: Spans, where: str) -> None:
+    import gc
+
+    swarm = interrupted_swarm(where)
+    before = otel_context.get_current()
+    assert (await st.stream(swarm))[-1]["result"].status.value == "interrupted"
+    assert otel_context.get_current() == before
+    assert_nothing_of_ours_kept()
+    del swarm
+    gc.collect()
+    assert [s for s in traced.all() if s.instrumentation_scope.name.startswith("otel_handoff")] == []
+
+
+@needs_interrupts
+async def test_a_resumed_handoff_keeps_its_place_in_the_sessions_count(traced: Spans) -> None:
+    swarm = interrupted_swarm("drain", session_id="conv-i")
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    await st.stream(swarm, answers(interrupted))
+    await st.stream(st.swarm(latency=0.01, billing_latency=0.01, session_id="conv-i"))
+    handoffs = traced.handoffs()
+    assert [h.attributes[sc.SEQUENCE] for h in handoffs] == [1, 2]
+    assert [h.attributes.get(sc.INTERRUPTED) for h in handoffs] == [True, None]
+
+
+@needs_interrupts
+@pytest.mark.parametrize("where", ["drain", "node"])
+async def test_a_swarm_restored_from_its_session_resumes_the_handoff(traced: Spans, where: str) -> None:
+    """The app's process ended at the interrupt; a new one restores the swarm and resumes it."""
+    import tempfile
+
+    from strands.session.file_session_manager import FileSessionManager
+
+    storage = tempfile.mkdtemp()
+
+    def session() -> Any:
+        return FileSessionManager(session_id="conv-r", storage_dir=storage)
+
+    interrupted = (await st.stream(interrupted_swarm(where, session_manager=session())))[-1]["result"]
+    restored = interrupted_swarm(where, session_manager=session())
+    if where == "drain":  # its first reply, the handoff, was the interrupted run's
+        restored.nodes["triage"].executor.model.script = [{"text": "Billing will help you."}]
+    assert (await st.stream(restored, answers(interrupted)))[-1]["result"].status.value == "completed"
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.INTERRUPTED] is True
+    assert handoff.attributes[sc.GEN_AI_CONVERSATION_ID] == "conv-r"
+    assert phase_names(traced, handoff) == RESUMED_PHASES[where][0]
+    assert traced.children(handoff)[0].start_time == handoff.start_time
+    [tool_span] = traced.named("execute_tool handoff_to_agent")
+    if where == "drain":  # read from triage's messages, restored with the interrupt
+        assert handoff.attributes[sc.GEN_AI_TOOL_CALL_ID] == tool_span.attributes[sc.GEN_AI_TOOL_CALL_ID]
+    else:  # triage's messages are not restored: the call is in no message of this process
+        assert sc.GEN_AI_TOOL_CALL_ID not in handoff.attributes
+
+
+@needs_interrupts
+async def test_a_resume_with_answers_to_no_interrupt_raises_as_before_and_keeps_nothing(
+    traced: Spans,
+) -> None:
+    """Strands refuses it after its run's start, before anything can end the run: nothing of ours
+    may wait for that end (a run of ours held the swarm for good); only a weak note is left."""
+    import gc
+
+    swarm = interrupted_swarm("drain")
+    interrupted = (await st.stream(swarm))[-1]["result"]
+    wrong = [{"interruptResponse": {"interruptId": "no-such-interrupt", "response": "yes"}}]
+    with pytest.raises(KeyError):
+        await st.stream(swarm, wrong)
+    assert StrandsHandoffInstrumentor._telemetry.runs == {}
+    assert not [r for r in gc.get_referrers(swarm) if type(r).__module__.startswith("otel_handoff")]
+    await st.stream(swarm, answers(interrupted))  # the right answers still resume it
+    [handoff] = traced.handoffs()
+    assert handoff.attributes[sc.INTERRUPTED] is True
+    assert phase_names(traced, handoff) == PHASES[1:]
+    assert_nothing_of_ours_kept()

@@ -51,6 +51,12 @@ class Conversation:
         self.handoffs += 1
         return self.handoffs
 
+    def withdraw(self, sequence: int) -> None:
+        """A handoff counted but left to a later run gives its number back, unless one was counted
+        after it (a Strands swarm interrupted mid-handoff: the run that resumes it counts it)."""
+        if sequence and sequence == self.handoffs:
+            self.handoffs -= 1
+
     def _under_root(self, end_ns: int) -> otel_context.Context:
         """The conversation's root, for a handoff without a parent of its own that ends at ``end_ns``."""
         root = self._root

@@ -243,7 +243,9 @@ FIRST_AUDIO_DURATION = "agent_handoff.first_audio.duration"
 FRAMEWORK_TRACE_ID = "agent_handoff.framework.trace_id"  # the framework's own trace (SDK: trace_…)
 STREAMED = "agent_handoff.streamed"  # a text run streamed: first output is the first delta
 OLD_RESPONSE_RUNNING = "agent_handoff.old_response_running"  # realtime: still speaking at the handoff
-INTERRUPTED = "agent_handoff.interrupted"  # realtime: the caller interrupted during the handoff
+# realtime: the caller interrupted during the handoff; Strands: the swarm was interrupted (a human-in-the-loop
+# interrupt) during the handoff and this span is the run that resumed it
+INTERRUPTED = "agent_handoff.interrupted"
 ENDED_BY = "agent_handoff.ended_by"  # set only when the new agent's first output never came
 
 TRIGGER_REALTIME_TOOL = "realtime_tool"

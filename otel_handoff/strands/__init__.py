@@ -63,6 +63,15 @@ def shape_problems() -> list[str]:
     return problems
 
 
+def swarm_interrupts() -> bool:
+    """Whether the release's swarm nodes interrupt and the app resumes them (strands-agents 1.20
+    and later; before, an interrupt in a node raised). Read once, at ``instrument()``."""
+    from strands.multiagent.base import Status
+    from strands.types import _events
+
+    return hasattr(_events, "MultiAgentNodeInterruptEvent") and hasattr(Status, "INTERRUPTED")
+
+
 def _event_modules() -> list[Any]:
     """Where the release defines the hook events: the multi-agent ones were experimental up to 1.2x."""
     import importlib
@@ -92,7 +101,7 @@ class StrandsHandoffInstrumentor(HandoffInstrumentor):
 
         from . import _handoffs as h
 
-        return h.SwarmTelemetry(*parts, swarm_type=Swarm)
+        return h.SwarmTelemetry(*parts, swarm_type=Swarm, interrupts=swarm_interrupts())
 
     def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
         from . import _handoffs as h
@@ -109,5 +118,6 @@ class StrandsHandoffInstrumentor(HandoffInstrumentor):
 
     def before_uninstrument(self, telemetry: Any) -> None:
         telemetry.runs.clear()
+        telemetry.starting.clear()
         telemetry.agents.clear()
         telemetry.tool_starts.clear()

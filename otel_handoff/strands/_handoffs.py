@@ -20,6 +20,7 @@ Nothing of ours is on the per-token path (a streamed token costs Strands about 7
 from __future__ import annotations
 
 import time
+import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,10 +53,13 @@ class SwarmTelemetry(HandoffTelemetry):
 
     swarm_type: type | None = None
     sessions: Conversations = field(init=False)  # per session id: counted on across runs
-    runs: dict[int, Run] = field(default_factory=dict)  # by id(swarm), while it runs
+    runs: dict[int, Run] = field(default_factory=dict)  # by id(swarm), from its first node to its end
+    # by id(swarm), from its run's start to its first node: the swarm, weakly, and whether it resumes
+    starting: dict[int, tuple[weakref.ref[Any], bool]] = field(default_factory=dict)
     agents: dict[int, tuple[Run, str]] = field(default_factory=dict)  # id(agent) -> its run and node
     tool_starts: dict[str, int] = field(default_factory=dict)  # toolUseId -> when it started
     awaiting: int = 0  # handoffs whose new agent's model call started, until its first output
+    interrupts: bool = False  # the release's swarms interrupt and resume (strands-agents 1.20 and later)
 
     def __post_init__(self) -> None:
         self.sessions = Conversations(self)
@@ -78,17 +82,21 @@ class Handoff:
     superseded: int = 0  # other handoff calls of the same turn, not taken
     taken: bool = False  # the swarm recorded it: the turn drains, then the swarm switches
     switched: bool = False  # the old node's turn completed: the swarm switches (or stops)
+    # resumed after an interrupt: the phase it resumed in; the ones before ran in the interrupted run
+    resumed: str | None = None
 
     def phases(self, end_ns: int) -> list[PhaseRecord]:
         phases = [PhaseRecord(sc.PHASE_HANDLER, self.start_ns, self.handler_end_ns)]
-        if not self.taken:  # refused by the tool, or never answered
-            return phases
-        phases.append(PhaseRecord(sc.DRAIN, self.handler_end_ns, self.drain_end_ns))
-        if not self.switched:  # the old node failed in its drain: no switch
-            return phases
-        phases.append(PhaseRecord(sc.PHASE_SETUP, self.drain_end_ns, self.setup_end_ns))
-        if self.setup_end_ns:
-            phases.append(PhaseRecord(sc.PHASE_FIRST_OUTPUT, self.setup_end_ns, end_ns))
+        if self.taken:  # else refused by the tool, or never answered
+            phases.append(PhaseRecord(sc.DRAIN, self.handler_end_ns, self.drain_end_ns))
+            if self.switched:  # else the old node failed in its drain: no switch
+                phases.append(PhaseRecord(sc.PHASE_SETUP, self.drain_end_ns, self.setup_end_ns))
+                if self.setup_end_ns:
+                    phases.append(PhaseRecord(sc.PHASE_FIRST_OUTPUT, self.setup_end_ns, end_ns))
+        if self.resumed is not None:  # those before it ran in the interrupted run
+            names = [phase.name for phase in phases]
+            if self.resumed in names:
+                del phases[: names.index(self.resumed)]
         return phases
 
 
@@ -96,9 +104,22 @@ class Run:
     """One run of a swarm (``stream_async``, and so ``invoke_async`` and ``__call__``): its handoffs
     from the tool call to the new agent's first output."""
 
-    __slots__ = ("agents", "conversation", "node_event", "parent", "swarm", "switching", "taken", "telemetry")
+    __slots__ = (
+        "agents",
+        "conversation",
+        "node_event",
+        "parent",
+        "resumed_ns",
+        "resuming",
+        "swarm",
+        "switching",
+        "taken",
+        "telemetry",
+    )
 
-    def __init__(self, telemetry: SwarmTelemetry, swarm: Any, conversation: Conversation) -> None:
+    def __init__(
+        self, telemetry: SwarmTelemetry, swarm: Any, conversation: Conversation, resuming: bool = False
+    ) -> None:
         self.telemetry = telemetry
         self.swarm = swarm
         self.conversation = conversation
@@ -107,18 +128,53 @@ class Run:
         self.switching: Handoff | None = None  # switched (or about to), until the new agent's output
         self.node_event: Any = None  # the last BeforeNodeCallEvent, which a callback may cancel
         self.agents: list[int] = []  # ids of its nodes' agents that ran, in telemetry.agents
+        self.resuming = resuming  # the app resumes an interrupted run: until its first node starts
+        self.resumed_ns = 0  # when the interrupted node started again, until its turn ends
 
     # --- what the hook events say --------------------------------------------------------
 
-    def node_starting(self, event: Any) -> None:
+    def node_starting(self, event: Any, now: int) -> None:
         if self.parent is None:  # Strands' invoke_swarm is current here (or the app's span)
             self.parent = otel_context.get_current()
         self.node_event = event  # its callbacks may cancel the node: read when the run ends
+        if self.resuming:
+            self.resuming = False
+            self.resumed_ns = now
+            self._resume(event.node_id, now)
+
+    def _resume(self, node: str, now: int) -> None:
+        """The interrupted node ``node`` starts again: the handoff the interrupted run left in flight
+        goes on here, as read off the swarm's state (Strands keeps it, and restores it from a
+        session); nothing of ours was kept. Interrupted before the handoff tool ran, there is
+        none yet: the tool runs now (``tool_ended``)."""
+        state = self.swarm.state
+        target = getattr(getattr(state, "handoff_node", None), "node_id", None)
+        if target is not None:  # interrupted after the handoff tool: the old node's turn goes on
+            handoff = Handoff("", now, node, to_agent=target, taken=True)  # its call's id: at its end
+            handoff.handler_end_ns = now
+            handoff.resumed = sc.DRAIN
+            self.taken = handoff
+        else:
+            history = getattr(state, "node_history", None) or []
+            previous = getattr(history[-1], "node_id", None) if history else None
+            if previous is None or previous == node or _status(state, node) == "interrupted":
+                return  # the first node, or one interrupted in its own turn: no switch into it pending
+            # the swarm switched to it and was interrupted before running it (a BeforeNodeCall hook)
+            handoff = Handoff(
+                _last_call_id(self.swarm, previous), now, previous, to_agent=node, taken=True, switched=True
+            )
+            handoff.handler_end_ns = handoff.drain_end_ns = now
+            handoff.resumed = sc.PHASE_SETUP
+            self.switching = handoff
+        handoff.sequence = self.conversation.next_sequence()
 
     def node_ended(self, node: str, now: int) -> None:
         results = getattr(getattr(self.swarm, "state", None), "results", None) or {}
         result = results.get(node)
         status = getattr(getattr(result, "status", None), "value", None)
+        if status == "interrupted":  # no release fires it for an interrupted node: the run's end drops it
+            return
+        self.resumed_ns = 0  # the resumed node's turn is over: the calls after it are this run's
         switching = self.switching
         if switching is not None and node == switching.to_agent:
             # its node ended before its model streamed: it failed, or its model does not stream
@@ -135,13 +191,15 @@ class Run:
         if taken is None:
             return
         taken.drain_end_ns = now
+        if not taken.tool_call_id:  # resumed: the call is in its messages, restored from a session too
+            taken.tool_call_id = _last_call_id(self.swarm, node)
         if status == "completed":
             taken.switched = True
             self.switching = taken
         elif status == "failed":  # the old node raised in its drain: Strands rolls the handoff back
             self._emit(taken, now, sc.OUTCOME_ERROR, error=_error_of(result))
-        else:  # interrupted: the handoff applies when the app resumes, in a later run
-            self._emit(taken, now, sc.OUTCOME_SKIPPED)
+        else:  # no result of its turn: its node timed out (Strands rolls the handoff back)
+            self._emit(taken, now, sc.OUTCOME_ERROR, error=sc.ERROR_TIMEOUT)
 
     def model_starting(self, node: str, now: int) -> None:
         taken = self.taken
@@ -157,12 +215,10 @@ class Run:
     def tool_ended(self, node: str, tool_use: Any, result: Any, now: int) -> None:
         call_id = tool_use.get("toolUseId") or ""
         requested = (tool_use.get("input") or {}).get("agent_name")
-        handoff = Handoff(
-            call_id,
-            self.telemetry.tool_starts.pop(call_id, now),  # in the model's output, if it streamed
-            node,
-            requested if isinstance(requested, str) else None,
-        )
+        start = self.telemetry.tool_starts.pop(call_id, 0)  # in the model's output, if it streamed
+        handoff = Handoff(call_id, start or now, node, requested if isinstance(requested, str) else None)
+        if start < self.resumed_ns:  # in the interrupted run's output: its tool runs now, resumed
+            handoff.start_ns, handoff.resumed = self.resumed_ns, sc.PHASE_HANDLER
         handoff.handler_end_ns = now
         if (result or {}).get("status") != "success":
             handoff.sequence = self.conversation.next_sequence()
@@ -194,9 +250,10 @@ class Run:
 
     def end(self, now: int) -> None:
         """The run is over (its result, an exception, the app closing the stream): what is open ends."""
-        status = getattr(
-            getattr(getattr(self.swarm, "state", None), "completion_status", None), "value", None
-        )
+        status = _status_of(self.swarm)
+        if status == "interrupted":
+            self._interrupted(now)
+            return
         switching, taken = self.switching, self.taken
         self.taken = None
         if switching is not None:
@@ -210,9 +267,33 @@ class Run:
                 self._emit(switching, now, sc.OUTCOME_REJECTED, reason=self._why_not_run())
         if taken is not None:  # the old node's turn never ended: it failed, or the run was cancelled
             taken.drain_end_ns = now
-            self._emit(
-                taken, now, sc.OUTCOME_ERROR, error=self._failure(taken.from_agent) or sc.ERROR_CANCELLED
-            )
+            # no result of its turn in a failed run: its node timed out (before 1.2x no AfterNodeCall)
+            stopped = sc.ERROR_CANCELLED if status == "executing" else sc.ERROR_TIMEOUT
+            self._emit(taken, now, sc.OUTCOME_ERROR, error=self._failure(taken.from_agent) or stopped)
+        self.conversation.run_ended()
+
+    def _interrupted(self, now: int) -> None:
+        """The run ended interrupted: what is in flight goes on in the run that resumes it (which
+        reads it off the swarm's state), or never; nothing of it is recorded or kept here. But a
+        new agent whose model call ran answered before it was interrupted (only its tools can be):
+        its handoff completed, seen here where its stream is not (up to 1.2x), as at a node's end."""
+        switching, taken = self.switching, self.taken
+        self.taken = None
+        if switching is not None:
+            self._settle(switching)
+            if switching.setup_end_ns:
+                self._emit(switching, now, sc.OUTCOME_COMPLETED)
+        if taken is not None:
+            self.conversation.withdraw(taken.sequence)
+        if switching is not None and not switching.setup_end_ns:
+            self.conversation.withdraw(switching.sequence)
+        # a handoff call in the interrupted node's output whose tool did not run: it runs on resume
+        node = getattr(getattr(self.swarm, "state", None), "current_node", None)
+        messages = getattr(getattr(node, "executor", None), "messages", None) or [{}]
+        for block in messages[-1].get("content") or ():
+            call_id = (block.get("toolUse") or {}).get("toolUseId")
+            if call_id is not None:
+                self.telemetry.tool_starts.pop(call_id, None)
         self.conversation.run_ended()
 
     # --- records ---------------------------------------------------------------------------
@@ -268,6 +349,8 @@ class Run:
             handoff.sequence = self.conversation.next_sequence()
         end_ns = max(end_ns, handoff.start_ns)
         attributes: dict[str, Any] = {sc.DRAIN_MODEL_CALLS: handoff.drain_model_calls}
+        if handoff.resumed is not None:
+            attributes[sc.INTERRUPTED] = True
         if handoff.superseded:
             attributes[sc.SUPERSEDED_COUNT] = handoff.superseded
         if reason is not None:
@@ -295,6 +378,26 @@ def _error_of(result: Any) -> BaseException | str:
     return error if isinstance(error, BaseException) else sc.OUTCOME_ERROR
 
 
+def _status(state: Any, node: str) -> str | None:
+    """The status of ``node``'s last result in the swarm's state, if it has one."""
+    result = (getattr(state, "results", None) or {}).get(node)
+    return getattr(getattr(result, "status", None), "value", None)
+
+
+def _last_call_id(swarm: Any, node: str) -> str:
+    """The id of the last ``handoff_to_agent`` call in ``node``'s agent's messages (a resumed
+    handoff's, made in the interrupted run): ids and tool names are all that is read."""
+    messages = getattr(
+        getattr((getattr(swarm, "nodes", None) or {}).get(node), "executor", None), "messages", None
+    )
+    for message in reversed(messages or ()):
+        for block in reversed(message.get("content") or ()):
+            tool_use = block.get("toolUse")
+            if tool_use is not None and tool_use.get("name") == TOOL_NAME:
+                return tool_use.get("toolUseId") or ""
+    return ""
+
+
 def conversation_of(telemetry: SwarmTelemetry, swarm: Any) -> Conversation:
     """The run's conversation: the session manager's, counted on across runs, when the app gave one."""
     session_id = getattr(getattr(swarm, "session_manager", None), "session_id", None)
@@ -310,11 +413,21 @@ def _swarm_started(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None
     swarm = getattr(event, "source", None)
     if telemetry.swarm_type is None or not isinstance(swarm, telemetry.swarm_type):
         return  # a Graph: no handoffs
-    telemetry.runs[id(swarm)] = Run(telemetry, swarm, conversation_of(telemetry, swarm))
+    # still the interrupted run's status here: this run resumes it (in this process or restored)
+    resuming = telemetry.interrupts and _status_of(swarm) == "interrupted"
+    # only a weak note until its first node, inside the run's try (its end is sure to come then):
+    # a run that raises before (a resume with answers to no interrupt) keeps nothing, nor the swarm
+    key, starting = id(swarm), telemetry.starting
+    starting[key] = (weakref.ref(swarm, lambda _, key=key: starting.pop(key, None)), resuming)
+
+
+def _status_of(swarm: Any) -> str | None:
+    return getattr(getattr(getattr(swarm, "state", None), "completion_status", None), "value", None)
 
 
 def _swarm_ended(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
     swarm = getattr(event, "source", None)
+    telemetry.starting.pop(id(swarm), None)  # no node ran
     run = telemetry.runs.pop(id(swarm), None)
     if run is None:
         return
@@ -326,8 +439,13 @@ def _swarm_ended(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
 def _node_starting(telemetry: SwarmTelemetry, event: Any, start_ns: int) -> None:
     swarm = getattr(event, "source", None)
     run = telemetry.runs.get(id(swarm))
+    if run is None:
+        note = telemetry.starting.pop(id(swarm), None)
+        if note is not None and note[0]() is swarm:  # its first node: the run is on
+            run = Run(telemetry, swarm, conversation_of(telemetry, swarm), note[1])
+            telemetry.runs[id(swarm)] = run
     if run is not None:
-        run.node_starting(event)
+        run.node_starting(event, start_ns)
         agent = id(getattr(swarm.nodes.get(event.node_id), "executor", None))
         if agent not in telemetry.agents:  # the agent of a node, once it runs: its model and tool calls
             telemetry.agents[agent] = (run, event.node_id)

@@ -25,7 +25,9 @@ TASK = "Why was I charged twice?"
 
 class ScriptedModel(Model):
     """A Strands ``Model`` whose replies are scripted: ``{"text": ...}``, ``{"handoff": agent}`` (the
-    swarm's ``handoff_to_agent`` tool) or ``{"raise": exception}``; each call takes the next."""
+    swarm's ``handoff_to_agent`` tool), ``{"tools": [name, ...]}`` (the agent's own tools, after
+    any handoff call) or ``{"raise": exception}``; each call takes the next, after ``"latency"``
+    seconds when the reply sets it."""
 
     def __init__(self, name: str, script: list[dict[str, Any]], latency: float = 0.05) -> None:
         self.name = name
@@ -51,7 +53,7 @@ class ScriptedModel(Model):
     ) -> AsyncIterator[dict[str, Any]]:
         self.calls += 1
         reply = self.script.pop(0) if self.script else {"text": "Done."}
-        await asyncio.sleep(self.latency)
+        await asyncio.sleep(reply.get("latency", self.latency))
         if "raise" in reply:
             raise reply["raise"]
         yield {"messageStart": {"role": "assistant"}}
@@ -65,12 +67,17 @@ class ScriptedModel(Model):
             }
             yield {"contentBlockDelta": {"delta": {"toolUse": {"input": json.dumps(arguments)}}}}
             yield {"contentBlockStop": {}}
+        for n, name in enumerate(reply.get("tools") or ()):
+            call_id = f"tooluse-{self.name}-{self.calls}-{name}-{n}"
+            yield {"contentBlockStart": {"start": {"toolUse": {"name": name, "toolUseId": call_id}}}}
+            yield {"contentBlockDelta": {"delta": {"toolUse": {"input": "{}"}}}}
+            yield {"contentBlockStop": {}}
         if "text" in reply:
             yield {"contentBlockStart": {"start": {}}}
             for i, word in enumerate(reply["text"].split(" ")):
                 yield {"contentBlockDelta": {"delta": {"text": word if i == 0 else " " + word}}}
             yield {"contentBlockStop": {}}
-        stop = "tool_use" if ("handoff" in reply or "handoffs" in reply) else "end_turn"
+        stop = "tool_use" if {"handoff", "handoffs", "tools"} & set(reply) else "end_turn"
         yield {"messageStop": {"stopReason": stop}}
         yield {
             "metadata": {
@@ -93,7 +100,9 @@ class EndTurnAtHandoff(HookProvider):
             event.end_turn = True
 
 
-def agent(name: str, script: list[dict[str, Any]], latency: float = 0.05, hooks: Any = None) -> Agent:
+def agent(
+    name: str, script: list[dict[str, Any]], latency: float = 0.05, hooks: Any = None, **options: Any
+) -> Agent:
     return Agent(
         name=name,
         description=f"The {name} agent",
@@ -101,6 +110,7 @@ def agent(name: str, script: list[dict[str, Any]], latency: float = 0.05, hooks:
         model=ScriptedModel(name, script, latency),
         hooks=hooks or [],
         callback_handler=None,
+        **options,
     )
 
 
@@ -113,18 +123,22 @@ def swarm(
     end_turn: bool = False,
     session_id: str | None = None,
     hooks: Any = None,
+    triage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> Swarm:
     """triage and billing in a real ``Swarm``; by default triage hands off to billing and, as Strands
-    does by default, makes one more model call (its closing reply) before the switch."""
+    does by default, makes one more model call (its closing reply) before the switch.
+    ``triage_options``: more of triage's ``Agent`` arguments (its tools, hooks, tool executor)."""
     triage_script = (
         triage if triage is not None else [{"handoff": "billing"}, {"text": "Billing will help you."}]
     )
     billing_script = billing if billing is not None else [{"text": "Your last invoice was paid in full."}]
     if end_turn and AfterToolsEvent is None:
         raise RuntimeError("this strands-agents has no AfterToolsEvent: the turn cannot be ended at the tool")
+    triage_options = dict(triage_options or {})
+    triage_hooks = [*([EndTurnAtHandoff()] if end_turn else []), *triage_options.pop("hooks", [])]
     nodes = [
-        agent("triage", triage_script, latency, [EndTurnAtHandoff()] if end_turn else None),
+        agent("triage", triage_script, latency, triage_hooks, **triage_options),
         agent("billing", billing_script, billing_latency),
     ]
     if session_id is not None:
