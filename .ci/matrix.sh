@@ -34,7 +34,7 @@ else
     "google-adk==1.39.1|$PY311" "google-adk==2.0.0|$PY311" "google-adk|$PY311"
     "langgraph==1.1.5|$PY311" "langgraph==1.1.10|$PY311" "langgraph|$PY311"
     "llama-index-core==0.12.45|$PY311" "llama-index-core==0.13.6|$PY311" "llama-index-core|$PY311"
-    "strands-agents==1.17.0|$PY311" "strands-agents==1.40.0|$PY311" "strands-agents|$PY311"
+    "strands-agents==1.17.0|$PY311" "strands-agents==1.20.0|$PY311" "strands-agents==1.40.0|$PY311" "strands-agents|$PY311"
     "agent-framework-orchestrations==1.0.0|$PY311" "agent-framework-orchestrations==1.2.0|$PY311"
     "agent-framework-orchestrations|$PY311"
     # CPython 3.12, what many deployments run: the newest pinned release of every framework

@@ -58,6 +58,7 @@ def serve() -> None:
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen()  # a request made before uvicorn serves waits in the backlog
     print("listening", sock.getsockname()[1], flush=True)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off")).run(sockets=[sock])
 
