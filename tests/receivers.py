@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import urllib.error
@@ -264,6 +265,10 @@ class Rotel(OtlpPorts):
             exporter = ["--exporter", "blackhole"]
         output = workdir / "rotel.out"
         command = [
+            # rotel's agent links libpython of the Python it was installed for: a pyenv build keeps
+            # it in its own lib folder (3.12's is in no system path), where the loader would not look
+            "env",
+            f"LD_LIBRARY_PATH={sysconfig.get_config_var('LIBDIR') or ''}",
             str(agent),
             "start",
             "--otlp-grpc-endpoint",
