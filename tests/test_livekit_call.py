@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +84,10 @@ PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "r
 UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+# LiveKit's loop monitor (livekit.agents.telemetry.loop_monitor): a warning when a job's loop was
+# blocked for 100 ms, with the stack it sampled; a frame of ours is a path in our package
+LOOP_BLOCKED = "event loop blocked for"
+OUR_FRAMES = f"{os.sep}otel_handoff{os.sep}"
 
 # one breath each (a pause would end the turn early), of different lengths
 CALLS = (
@@ -220,6 +225,15 @@ def test_nothing_is_lost_at_sigterm(run: Deployment) -> None:
         if apart:
             problems.append(f"{call.room}: {apart} in another trace than the handoff")
     assert not problems, "\n".join(problems)
+
+
+# --- the call's event loop ----------------------------------------------------------------------------
+def test_no_loop_block_has_a_frame_of_ours(run: Deployment) -> None:
+    """LiveKit's own loop monitor never finds our code blocking a loop: export is set up in the idle
+    job process (or job thread), after the app's prewarm, before a job is assigned (issue 50)."""
+    blocked = [line for line in run.worker_log().splitlines() if LOOP_BLOCKED in line]
+    ours = [line for line in blocked if OUR_FRAMES in line]
+    assert not ours, "\n".join(ours)
 
 
 # --- what the spans say -------------------------------------------------------------------------------
