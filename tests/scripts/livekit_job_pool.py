@@ -10,6 +10,8 @@ one JSON line to ``argv[2]``, and ends as a job ends (``ctx.shutdown()``).
 """
 
 import asyncio
+import dataclasses
+import inspect
 import json
 import multiprocessing
 import os
@@ -49,35 +51,49 @@ async def entrypoint(ctx: JobContext) -> None:
 
 
 def fake_job() -> job.RunningJobInfo:
+    """LiveKit's fake job (a mock room; before 1.4 a room never connected, as the job never asks)."""
+    fields = {f.name for f in dataclasses.fields(job.RunningJobInfo)}
     return job.RunningJobInfo(
         accept_arguments=job.JobAcceptArguments(name="", identity="", metadata=""),
         job=agent.Job(id=f"fake_job_{uuid.uuid4().hex}", type=agent.JobType.JT_ROOM),
         url="fake_url",
         token="fake_token",
         worker_id="fake_worker",
-        fake_job=True,
+        **({"fake_job": True} if "fake_job" in fields else {}),
     )
+
+
+def accepted(func: object, **options: object) -> dict[str, object]:
+    """The options this release's ``func`` takes (the pool gained some from 1.4 on)."""
+    parameters = inspect.signature(func).parameters
+    return {name: value for name, value in options.items() if name in parameters}
 
 
 async def main(executor: JobExecutorType) -> None:
     pool = ipc.proc_pool.ProcPool(
-        initialize_process_fnc=prewarm,
-        job_entrypoint_fnc=entrypoint,
-        session_end_fnc=None,
-        simulation_end_fnc=None,
-        num_idle_processes=1,
-        initialize_timeout=60.0,
-        close_timeout=30.0,
-        session_end_timeout=10.0,
-        inference_executor=None,
-        job_executor_type=executor,
-        mp_ctx=multiprocessing.get_context("forkserver"),
-        memory_warn_mb=0,
-        memory_limit_mb=0,
-        http_proxy=None,
-        loop=asyncio.get_running_loop(),
+        **accepted(
+            ipc.proc_pool.ProcPool,
+            initialize_process_fnc=prewarm,
+            job_entrypoint_fnc=entrypoint,
+            session_end_fnc=None,
+            simulation_end_fnc=None,
+            num_idle_processes=1,
+            initialize_timeout=60.0,
+            close_timeout=30.0,
+            session_end_timeout=10.0,
+            inference_executor=None,
+            job_executor_type=executor,
+            mp_ctx=multiprocessing.get_context("forkserver"),
+            memory_warn_mb=0,
+            memory_limit_mb=0,
+            http_proxy=None,
+            loop=asyncio.get_running_loop(),
+        )
     )
-    await pool.start()  # the idle process is prewarmed before any job
+    ready = asyncio.Event()
+    pool.on("process_ready", lambda _: ready.set())
+    await pool.start()
+    await ready.wait()  # the idle process is prewarmed before any job
     pool.set_target_idle_processes(0)  # none after it: the job takes the one warmed
     info = fake_job()
     await pool.launch_job(info)
