@@ -62,3 +62,9 @@ def test_export_is_set_up_before_the_jobs_loop(rotel: Rotel, tmp_path: Path, exe
         "the job's trace, its root included",
     )
     assert set(JOB_SPANS) <= found
+
+
+def test_the_docs_state_the_tests_bound() -> None:
+    """``docs/livekit.md`` says the bound this file holds."""
+    doc = " ".join((Path(__file__).resolve().parents[1] / "docs" / "livekit.md").read_text().split())
+    assert f"at most {LOOP_BUDGET_MS:g} ms of the job's loop" in doc
