@@ -489,7 +489,7 @@ def report(run: Deployment) -> None:
             f" {jitter and round(jitter * 1000, 1)} ms, spans after {row['spans_arrived_after_s']} s"
         )
     for line in loop_blocks(run):  # LiveKit's own, for the record; ours fail the test above
-        print(f"  loop monitor: {line[line.index(LOOP_BLOCKED) :].split(';')[0]}")
+        print(f"  loop monitor: {line[line.index(LOOP_BLOCKED) :].split(';')[0]}".replace('\\"', '"'))
 
 
 def loop_blocks(run: Deployment) -> list[str]:
