@@ -59,8 +59,10 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
   case "$dist" in
     # httpx: 1.2/1.4 import it undeclared; opentelemetry-distro: what sets the SDK up under
     # opentelemetry-instrument (without it we rightly warn that nothing will be exported)
-    # the real call (tests/test_livekit_call.py) needs livekit-server and Jaeger: the main suite runs it
-    livekit-agents) tests=($(ls tests/test_livekit_*.py | grep -v test_livekit_call.py)); extra=(httpx opentelemetry-distro) ;;
+    # the real call (tests/test_livekit_call.py) needs livekit-server and Jaeger: the main suite runs it;
+    # rotel for the job pool's export (tests/test_livekit_job_setup.py)
+    livekit-agents) tests=($(ls tests/test_livekit_*.py | grep -v test_livekit_call.py))
+      extra=(httpx opentelemetry-distro "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
     # the real call (tests/test_pipecat_call.py) needs Jaeger and a WebRTC caller: the main suite runs it
     pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v test_pipecat_call.py)); extra=() ;;  # ~500 MB each: pip's cache serves the second

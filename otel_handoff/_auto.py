@@ -6,9 +6,11 @@ unset variable costs one ``os.environ`` read. :func:`start` then registers wrapt
 hooks: each framework is instrumented when it is first imported, before or after any user code,
 and exporting is configured from the standard ``OTEL_*`` variables when the first session or
 chat starts — late enough for an application that installs its own provider to have done so —
-or, in a process that serves with uvicorn (Pipecat's development runner, a FastAPI app), once the
-server has started (its lifespan start-up run), before its first request: the app's own spans
-(FastAPI's, of each request) are exported from the first one.
+or, in a LiveKit job process (or job thread), once the app's prewarm has run, before a job is
+assigned, off the job's event loop, which carries the call; or, in a process that serves with
+uvicorn (Pipecat's development runner, a FastAPI app), once the server has started (its lifespan
+start-up run), before its first request: the app's own spans (FastAPI's, of each request) are
+exported from the first one.
 
 Never raises at start-up: a bad value, a missing or unsupported framework each give one warning
 line and the app runs uninstrumented.
@@ -159,9 +161,11 @@ def _on_import(framework: Framework, module: Any) -> None:
 def _configure_when_started(framework: Framework) -> None:
     from wrapt import wrap_function_wrapper
 
-    for module, name in framework.starts_at:
+    points = [(*p, _configure_then_call) for p in framework.starts_at]
+    points += [(*p, _call_then_configure) for p in framework.ready_at]
+    for module, name, wrapper in points:
         try:
-            wrap_function_wrapper(module, name, _configure_then_call)
+            wrap_function_wrapper(module, name, wrapper)
         except (ImportError, AttributeError):
             _LOG.debug("otel-handoff: no %s.%s to configure exporting at", module, name)
 
@@ -204,3 +208,19 @@ def _configure_then_call(wrapped: Any, instance: Any, args: Any, kwargs: Any) ->
 
     configure(instrument=False)  # idempotent; never replaces an application's provider
     return wrapped(*args, **kwargs)
+
+
+def _call_then_configure(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """A process readied for sessions (the app's own set-up first, so a provider it installs
+    there is kept): set up exporting now, off any session's event loop."""
+    result = wrapped(*args, **kwargs)
+    from .core.faults import guard
+
+    guard("export set-up in a readied process", _configure_export)
+    return result
+
+
+def _configure_export() -> None:
+    from . import configure
+
+    configure(instrument=False)  # idempotent; never replaces an application's provider

@@ -29,6 +29,8 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +85,13 @@ PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "r
 UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+# LiveKit's loop monitor (livekit.agents.telemetry.loop_monitor): a warning when a job's loop was
+# blocked for 100 ms, with the stack it sampled; a frame of ours is a path in our package
+LOOP_BLOCKED = "event loop blocked for"
+OUR_FRAMES = f"{os.sep}otel_handoff{os.sep}"
+LIVEKIT_FRAMES = f"{os.sep}livekit{os.sep}"
+# a frame of the sampled stack, in the warning's JSON extra (quotes escaped) or its message
+FRAME = re.compile(r'File \\?"([^"\\]+)\\?", line')
 
 # one breath each (a pause would end the turn early), of different lengths
 CALLS = (
@@ -220,6 +229,23 @@ def test_nothing_is_lost_at_sigterm(run: Deployment) -> None:
         if apart:
             problems.append(f"{call.room}: {apart} in another trace than the handoff")
     assert not problems, "\n".join(problems)
+
+
+# --- the call's event loop ----------------------------------------------------------------------------
+def test_no_loop_block_has_a_frame_of_ours(run: Deployment) -> None:
+    """LiveKit's own loop monitor never finds our code blocking a loop: export is set up in the idle
+    job process (or job thread), after the app's prewarm, before a job is assigned (issue 50).
+    A stack where LiveKit's own code runs below a wrapper of ours (a phase we time) is LiveKit's."""
+    ours = [line for line in loop_blocks(run) if blocked_in_our_code(line)]
+    assert not ours, "\n".join(ours)
+
+
+def blocked_in_our_code(line: str) -> bool:
+    """The warning's sampled stack (outermost first) has a frame of ours with no LiveKit frame below
+    it: the loop was held by our code or what it ran (the SDK, an import)."""
+    frames = FRAME.findall(line)
+    ours = [i for i, path in enumerate(frames) if OUR_FRAMES in path]
+    return bool(ours) and not any(LIVEKIT_FRAMES in path for path in frames[ours[-1] + 1 :])
 
 
 # --- what the spans say -------------------------------------------------------------------------------
@@ -462,6 +488,13 @@ def report(run: Deployment) -> None:
             f" {row['downlink_ms']} ms (heard_delay {row['heard_delay_ms']}), jitter buffer"
             f" {jitter and round(jitter * 1000, 1)} ms, spans after {row['spans_arrived_after_s']} s"
         )
+    for line in loop_blocks(run):  # LiveKit's own, for the record; ours fail the test above
+        print(f"  loop monitor: {line[line.index(LOOP_BLOCKED) :].split(';')[0]}".replace('\\"', '"'))
+
+
+def loop_blocks(run: Deployment) -> list[str]:
+    """The worker's log lines (its job processes' among them) where LiveKit's loop monitor warned."""
+    return [line for line in run.worker_log().splitlines() if LOOP_BLOCKED in line]
 
 
 def _ms(start_ns: float | None, end_ns: float | None) -> float | None:

@@ -29,6 +29,9 @@ class Framework:
     demo_module: str  # what `otel-handoff demo --framework KEY` needs importable
     span_framework: str  # its spans' agent_handoff.framework
     duration: str  # what its agent_handoff.duration measures, for people (summary's legend)
+    # (module, "Class.method") that readies a process for sessions before any of them, off their
+    # event loop: exporting is configured once it returns, so no session's loop pays for it
+    ready_at: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -65,6 +68,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         demo_module="livekit.agents",
         span_framework="livekit-agents",
         duration="the sum of the work phases (no waits, no on_enter)",
+        # an idle job process (or thread) after the app's prewarm (setup_fnc), before its job's loop
+        ready_at=(("livekit.agents.ipc.job_proc_lazy_main", "_JobProc.initialize"),),
     ),
     Framework(
         key="ag2",
