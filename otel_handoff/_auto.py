@@ -204,9 +204,9 @@ async def _configure_after_startup(wrapped: Any, instance: Any, args: Any, kwarg
 
 def _configure_then_call(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """The first session or chat: set up exporting unless the app installed a provider."""
-    from . import configure
+    from .core.faults import guard
 
-    configure(instrument=False)  # idempotent; never replaces an application's provider
+    guard("export set-up at the first session", _configure_export)
     return wrapped(*args, **kwargs)
 
 
