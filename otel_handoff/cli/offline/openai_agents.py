@@ -304,7 +304,8 @@ class LoopbackRealtimeServer:
     """A Realtime websocket server on 127.0.0.1 (port bound by the OS) for the SDK's real client.
 
     Its first response calls ``transfer_to_billing`` and keeps going for ``old_response_tail``
-    seconds; ``session.updated`` answers the handoff's ``session.update`` after ``ack_delay``; the
+    seconds; ``session.updated`` answers the handoff's ``session.update`` after ``ack_delay`` (those
+    the session sends before the tool call, at once: its settings, then the SDK's tracing); the
     new agent's first audio comes ``audio_delay`` after its ``response.create``.
     """
 
@@ -338,6 +339,8 @@ class LoopbackRealtimeServer:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
 
+        called = asyncio.Event()  # the handoff's tool call has gone out
+
         async def first_response() -> None:
             await send({"type": "response.created", "event_id": "e2", "response": _response("resp_old")})
             await send(
@@ -356,6 +359,7 @@ class LoopbackRealtimeServer:
                     },
                 }
             )
+            called.set()
             await asyncio.sleep(self.old_response_tail)
             await send(
                 {"type": "response.done", "event_id": "e4", "response": _response("resp_old", "completed")}
@@ -391,11 +395,14 @@ class LoopbackRealtimeServer:
                 self.received.append(kind)
                 if kind == "session.update":
                     updates += 1
-                    if updates == 1:  # the session's start: answered at once, then the first turn
-                        await send({"type": "session.updated", "event_id": "e1", "session": _SESSION})
-                        later(first_response())
-                    else:
+                    if called.is_set():  # the handoff's: answered after ack_delay
                         later(acknowledge(f"e1_{updates}"))
+                    else:  # the session's start (its settings, then the SDK's tracing): at once
+                        await send(
+                            {"type": "session.updated", "event_id": f"e1_{updates}", "session": _SESSION}
+                        )
+                    if updates == 1:
+                        later(first_response())
                 elif kind == "response.create":
                     later(new_response())
         except Exception:  # the client went away mid-message: the scenario is over
