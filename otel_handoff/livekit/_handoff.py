@@ -27,7 +27,7 @@ from ..core import schema as sc
 from ..core.emit import Emitted, emit, emit_late_phase, emit_linked
 from ..core.faults import report
 from ..core.heard import attributes as downlink_attributes
-from ..core.record import HandoffRecord, PhaseRecord
+from ..core.record import CANCELLED, HandoffRecord, PhaseRecord, kept_error
 from ._downlink import read_downlink
 
 # the handoff whose `_update_activity` runs in this task
@@ -245,14 +245,16 @@ class LiveKitHandoff:
         phase, start_ns, waited_before, reused = mark
         waited = self.lock_wait_ns - waited_before
         # the activity lock is the first thing each phase takes: its wait precedes the work
-        self.record.phases.append(PhaseRecord(phase, min(end_ns, start_ns + waited), end_ns, None, error))
+        self.record.phases.append(
+            PhaseRecord(phase, min(end_ns, start_ns + waited), end_ns, None, kept_error(error))
+        )
         if error is None and phase in (sc.START, sc.RESUME):
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
 
     # --- around the new activity ---------------------------------------------------------
     def record_realtime_update(self, kind: str, start_ns: int, error: BaseException | None) -> None:
-        failure: BaseException | str | None = error
+        failure = kept_error(error)
         if error is not None and (isinstance(error, TimeoutError) or "timed out" in str(error)):
             failure = sc.ERROR_TIMEOUT
         self.record.phases.append(
@@ -318,14 +320,15 @@ class LiveKitHandoff:
                 report("on_enter", fault)
 
     def on_enter_never_ran(self) -> None:
-        """The session closed and the on_enter it scheduled never took a step (its task was
-        cancelled first): the handoff ends here, its on_enter cancelled."""
+        """The on_enter its start scheduled will never run (its task was cancelled before its
+        first step, as a session close does, or never made): the handoff ends here, its on_enter
+        cancelled."""
         if self.on_enter_pending:
-            self._record_on_enter(time.time_ns(), asyncio.CancelledError())
+            self._record_on_enter(time.time_ns(), CANCELLED)
 
     def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
         end_ns = time.time_ns()
-        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, end_ns, None, error)
+        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, end_ns, None, kept_error(error))
         if self._emitted is not None:  # an on_enter the handoff did not wait for
             emit_late_phase(self.telemetry, self._emitted, phase)
             return
@@ -333,8 +336,15 @@ class LiveKitHandoff:
         if self.on_enter_pending:
             self.on_enter_pending = False
             if self.ended:  # the last phase: the handoff is over now
+                if isinstance(error, asyncio.CancelledError) and self._session_ended():
+                    self.record.attributes[sc.ENDED_BY] = sc.ENDED_BY_SESSION_CLOSE
                 self.record.end_ns = max(self.record.end_ns, end_ns)
                 self._emit()
+
+    def _session_ended(self) -> bool:
+        """Its session is closing, closed or gone: what cut an on_enter short was its end."""
+        session = self._session()
+        return session is None or bool(getattr(session, "_closing", False))
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -364,7 +374,7 @@ class LiveKitHandoff:
                 self._error = sc.ERROR_CANCELLED
             self.end(sc.OUTCOME_SKIPPED if closing else sc.OUTCOME_ERROR)
             return
-        self._error = error
+        self._error = kept_error(error)
         self.end(sc.OUTCOME_ERROR)
 
     def end(self, outcome: str) -> None:
