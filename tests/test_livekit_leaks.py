@@ -309,14 +309,19 @@ def test_dropped_sessions_leave_nothing_of_ours(
 
 class _CancelOnEnter(SpanProcessor):
     """Cancels the new agent's on_enter task as LiveKit's ``update_agent`` span ends: after the
-    start that scheduled it, before its first step (as a loop's shutdown or a close can)."""
+    start that scheduled it, before its first step (as a loop's shutdown does); with ``shutdown``,
+    the app asked the session to close just before."""
 
-    def __init__(self) -> None:
+    def __init__(self, shutdown: bool) -> None:
+        self.close_first = shutdown
         self.session: AgentSession | None = None
 
     def on_end(self, span: ReadableSpan) -> None:
-        activity = getattr(self.session, "_activity", None)
+        session = self.session
+        activity = getattr(session, "_activity", None)
         if span.name == "update_agent" and activity is not None and activity._on_enter_task is not None:
+            if self.close_first:
+                session.shutdown()
             activity._on_enter_task.cancel()
 
 
@@ -328,8 +333,9 @@ async def on_enter_cancelled_before_its_first_step(canceller: _CancelOnEnter) ->
         session.update_agent(Billing())
         handoff = await outcome(session._update_activity_atask)
         on_enter = await outcome(session._activity._on_enter_task)
+        await asyncio.sleep(0)  # one loop turn: the done callbacks of that task run
         entered = session.current_agent.entered.is_set()
-        closed = await outcome(session.aclose())
+        closed = await outcome(session._closing_task or session.aclose())
         canceller.session = session = None
         gc.collect()  # LiveKit's on_enter coroutine, never awaited, warns as it goes
     return {
@@ -339,12 +345,17 @@ async def on_enter_cancelled_before_its_first_step(canceller: _CancelOnEnter) ->
     }
 
 
+@pytest.mark.parametrize("shutdown", [False, True], ids=["cancelled", "session shut down"])
 async def test_a_handoff_whose_on_enter_never_started_still_ends(
-    provider: TracerProvider, instrument: Callable[..., Any], spans: Spans, open_spans: OpenSpans
+    shutdown: bool,
+    provider: TracerProvider,
+    instrument: Callable[..., Any],
+    spans: Spans,
+    open_spans: OpenSpans,
 ) -> None:
     if Version(livekit.__version__) < Version("1.8.2"):
         pytest.skip("LiveKit's own update_agent span (the moment to cancel at) is 1.8.2+")
-    canceller = _CancelOnEnter()
+    canceller = _CancelOnEnter(shutdown)
     own = TracerProvider()
     own.add_span_processor(canceller)
     set_tracer_provider(own)
@@ -361,4 +372,5 @@ async def test_a_handoff_whose_on_enter_never_started_still_ends(
     assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
     [on_enter] = spans.children(handoff, sc.SPAN_ON_ENTER)
     assert on_enter.status.status_code is StatusCode.UNSET  # cut short, not failed
+    assert handoff.attributes.get(sc.ENDED_BY) == (sc.ENDED_BY_SESSION_CLOSE if shutdown else None)
     assert not open_spans.ours()

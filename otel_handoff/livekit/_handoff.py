@@ -344,7 +344,12 @@ class LiveKitHandoff:
     def _session_ended(self) -> bool:
         """Its session is closing, closed or gone: what cut an on_enter short was its end."""
         session = self._session()
-        return session is None or bool(getattr(session, "_closing", False))
+        if session is None:
+            return True
+        # `_closing_task` is set as the close is asked for (shutdown()), `_closing` once it runs
+        return (
+            bool(getattr(session, "_closing", False)) or getattr(session, "_closing_task", None) is not None
+        )
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
