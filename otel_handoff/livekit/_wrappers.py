@@ -416,7 +416,7 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
     try:
         task = wrapped(*args, **kwargs)
     except BaseException:
-        guard("on_enter", _on_enter_gone, handoff, watched)
+        guard("on_enter", handoff.on_enter_never_ran)  # a task made before the raise times it late
         raise
     try:
         task.add_done_callback(functools.partial(_on_enter_done, handoff, watched))
