@@ -107,6 +107,7 @@ class LiveKitHandoff:
         "_to_agent",
         "ended",
         "from_agent",
+        "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
         "on_enter_pending",
@@ -144,6 +145,7 @@ class LiveKitHandoff:
         start_ns = tool.deferred_since_ns if tool and tool.deferred_since_ns else time.time_ns()
         self.queued = queued
         self.lock_wait_ns = 0
+        self.lock_end_ns = 0  # the end of the last lock wait
         self.started_phases: set[str] = set()
         self.previous_activity = previous_activity
         self.new_activity = new_activity
@@ -207,6 +209,7 @@ class LiveKitHandoff:
     # --- waits and phases ----------------------------------------------------------
     def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
         self.lock_wait_ns += end_ns - start_ns
+        self.lock_end_ns = end_ns
         self.record.phases.append(PhaseRecord(sc.PHASE_LOCK_WAIT, start_ns, end_ns, {sc.LOCK: lock}))
 
     def begin_phase(self, phase: str, activity: Any, reuse_resources: Any = None) -> PhaseMark | None:
@@ -244,10 +247,10 @@ class LiveKitHandoff:
         end_ns = time.time_ns()
         phase, start_ns, waited_before, reused = mark
         waited = self.lock_wait_ns - waited_before
-        # the activity lock is the first thing each phase takes: its wait precedes the work
-        self.record.phases.append(
-            PhaseRecord(phase, min(end_ns, start_ns + waited), end_ns, None, kept_error(error))
-        )
+        # the activity lock is about the first thing each phase takes: the work follows its wait
+        # (what ran before the wait, a few µs, goes unattributed rather than overlap it)
+        begin = max(start_ns + waited, self.lock_end_ns) if waited else start_ns
+        self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, kept_error(error)))
         if error is None and phase in (sc.START, sc.RESUME):
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
