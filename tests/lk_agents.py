@@ -158,3 +158,12 @@ class Router(HookedAgent):
         email = await CollectEmail()
         self.task_returned.set()
         return email
+
+
+class Asker(HookedAgent):
+    """Runs an AgentTask round trip when the LLM calls its one tool."""
+
+    @function_tool
+    async def ask_email(self) -> str:
+        """Collect the caller's email with a task, then come back."""
+        return await CollectEmail()

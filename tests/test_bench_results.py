@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "bench"))  # the benches import their siblings by 
 import between_handoffs  # noqa: E402
 import frameworks_overhead  # noqa: E402
 import handoff_overhead  # noqa: E402
+import memory_per_handoff  # noqa: E402
 import metrics_share  # noqa: E402
 
 
@@ -84,3 +85,14 @@ def test_our_metric_work_stays_within_a_tenth_of_the_sdks_on_every_framework() -
     rows = _rows("metrics_share")
     assert {row["framework"] for row in rows} == EVERY_FRAMEWORK
     assert [row for row in rows if row["share"] > metrics_share.GOAL] == []
+
+
+def test_a_long_run_of_livekit_handoffs_keeps_nothing_and_the_readme_quotes_it() -> None:
+    result = json.loads((RESULTS / "memory.json").read_text())
+    traced, plain = result["C"], result["A"]
+    assert traced["sessions_kept"] == plain["sessions_kept"] == 0
+    assert traced["objects_of_ours"] == 0 and traced["table_entries"] == 0
+    assert result["difference"] <= memory_per_handoff.GOAL_BYTES
+    assert traced["handoffs"] >= 9_000, "a long run"
+    readme = (ROOT / "bench" / "README.md").read_text()
+    assert (RESULTS / "memory.md").read_text().split("\n", 2)[2].strip() in readme

@@ -9,11 +9,26 @@ anywhere in the framework's code without the app seeing it.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link
+
+# what a record keeps of a cancellation: an instance never raised, so it holds no traceback
+CANCELLED = asyncio.CancelledError()
+
+
+def kept_error(error: BaseException | str | None) -> BaseException | str | None:
+    """What a record that may outlive the moment keeps of an error: its type's name (all a span
+    shows), or :data:`CANCELLED`. Never the exception itself: its traceback holds every frame it
+    passed through, and the sessions and agents in them, for as long as the record lives."""
+    if error is None or isinstance(error, str):
+        return error
+    if isinstance(error, asyncio.CancelledError):
+        return CANCELLED
+    return type(error).__qualname__
 
 
 @dataclass(slots=True)

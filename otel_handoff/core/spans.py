@@ -39,7 +39,8 @@ class ChatRoot:
     Started lazily, with the chat's own start time, when its first span needs a parent; so a
     chat without handoffs leaves no span. Once ended, a later span starts a new one. A root whose
     conversation is gone without an end the framework reports (a test double of a worker, an app
-    that drops its flow) ends then, at its last handoff; ``uninstrument()`` ends what is left.
+    that drops its flow, a span of a conversation that had ended) ends then, at its last handoff;
+    ``uninstrument()`` ends what is left.
     """
 
     __slots__ = (
@@ -91,8 +92,7 @@ class ChatRoot:
         span, self._span, self._context = self._span, None, None
         if span is None:
             return
-        _OPEN_ROOTS.pop(id(self), None)
-        self.watch = None  # ended: nothing to do when its conversation goes
+        _OPEN_ROOTS.pop(id(self), None)  # the watch stays: a later span reopens the root
         span.set_attribute(sc.CHAT_HANDOFFS, handoffs)
         if error is not None:
             set_error(span, error)

@@ -50,6 +50,7 @@ def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
         (_SESSION_MODULE, "AgentSession.__init__", _wrappers.wrap_session_init),
         (_SESSION_MODULE, "AgentSession.update_agent", bound(_wrappers.wrap_update_agent)),
         (_SESSION_MODULE, "AgentSession._update_activity", bound(_wrappers.wrap_update_activity)),
+        (_SESSION_MODULE, "AgentSession._update_activity_task", _wrappers.wrap_update_activity_task),
         (_SESSION_MODULE, "AgentSession._update_agent_state", bound(_wrappers.wrap_update_agent_state)),
         (_SESSION_MODULE, "AgentSession._aclose_impl", bound(_wrappers.wrap_session_close)),
         (_ACTIVITY_MODULE, "AgentActivity.__init__", _wrappers.wrap_activity_init),

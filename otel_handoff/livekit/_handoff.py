@@ -27,7 +27,7 @@ from ..core import schema as sc
 from ..core.emit import Emitted, emit, emit_late_phase, emit_linked
 from ..core.faults import report
 from ..core.heard import attributes as downlink_attributes
-from ..core.record import HandoffRecord, PhaseRecord
+from ..core.record import CANCELLED, HandoffRecord, PhaseRecord, kept_error
 from ._downlink import read_downlink
 
 # the handoff whose `_update_activity` runs in this task
@@ -107,6 +107,7 @@ class LiveKitHandoff:
         "_to_agent",
         "ended",
         "from_agent",
+        "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
         "on_enter_pending",
@@ -144,6 +145,7 @@ class LiveKitHandoff:
         start_ns = tool.deferred_since_ns if tool and tool.deferred_since_ns else time.time_ns()
         self.queued = queued
         self.lock_wait_ns = 0
+        self.lock_end_ns = 0  # the end of the last lock wait
         self.started_phases: set[str] = set()
         self.previous_activity = previous_activity
         self.new_activity = new_activity
@@ -207,6 +209,7 @@ class LiveKitHandoff:
     # --- waits and phases ----------------------------------------------------------
     def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
         self.lock_wait_ns += end_ns - start_ns
+        self.lock_end_ns = end_ns
         self.record.phases.append(PhaseRecord(sc.PHASE_LOCK_WAIT, start_ns, end_ns, {sc.LOCK: lock}))
 
     def begin_phase(self, phase: str, activity: Any, reuse_resources: Any = None) -> PhaseMark | None:
@@ -244,15 +247,17 @@ class LiveKitHandoff:
         end_ns = time.time_ns()
         phase, start_ns, waited_before, reused = mark
         waited = self.lock_wait_ns - waited_before
-        # the activity lock is the first thing each phase takes: its wait precedes the work
-        self.record.phases.append(PhaseRecord(phase, min(end_ns, start_ns + waited), end_ns, None, error))
+        # the activity lock is about the first thing each phase takes: the work follows its wait
+        # (what ran before the wait, a few µs, goes unattributed rather than overlap it)
+        begin = max(start_ns + waited, self.lock_end_ns) if waited else start_ns
+        self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, kept_error(error)))
         if error is None and phase in (sc.START, sc.RESUME):
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
 
     # --- around the new activity ---------------------------------------------------------
     def record_realtime_update(self, kind: str, start_ns: int, error: BaseException | None) -> None:
-        failure: BaseException | str | None = error
+        failure = kept_error(error)
         if error is not None and (isinstance(error, TimeoutError) or "timed out" in str(error)):
             failure = sc.ERROR_TIMEOUT
         self.record.phases.append(
@@ -318,14 +323,15 @@ class LiveKitHandoff:
                 report("on_enter", fault)
 
     def on_enter_never_ran(self) -> None:
-        """The session closed and the on_enter it scheduled never took a step (its task was
-        cancelled first): the handoff ends here, its on_enter cancelled."""
+        """The on_enter its start scheduled will never run (its task was cancelled before its
+        first step, as a session close does, or never made): the handoff ends here, its on_enter
+        cancelled."""
         if self.on_enter_pending:
-            self._record_on_enter(time.time_ns(), asyncio.CancelledError())
+            self._record_on_enter(time.time_ns(), CANCELLED)
 
     def _record_on_enter(self, start_ns: int, error: BaseException | None) -> None:
         end_ns = time.time_ns()
-        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, end_ns, None, error)
+        phase = PhaseRecord(sc.PHASE_ON_ENTER, start_ns, end_ns, None, kept_error(error))
         if self._emitted is not None:  # an on_enter the handoff did not wait for
             emit_late_phase(self.telemetry, self._emitted, phase)
             return
@@ -333,8 +339,20 @@ class LiveKitHandoff:
         if self.on_enter_pending:
             self.on_enter_pending = False
             if self.ended:  # the last phase: the handoff is over now
+                if isinstance(error, asyncio.CancelledError) and self._session_ended():
+                    self.record.attributes[sc.ENDED_BY] = sc.ENDED_BY_SESSION_CLOSE
                 self.record.end_ns = max(self.record.end_ns, end_ns)
                 self._emit()
+
+    def _session_ended(self) -> bool:
+        """Its session is closing, closed or gone: what cut an on_enter short was its end."""
+        session = self._session()
+        if session is None:
+            return True
+        # `_closing_task` is set as the close is asked for (shutdown()), `_closing` once it runs
+        return (
+            bool(getattr(session, "_closing", False)) or getattr(session, "_closing_task", None) is not None
+        )
 
     # --- the end -----------------------------------------------------------------------
     def finish(self) -> None:
@@ -364,7 +382,7 @@ class LiveKitHandoff:
                 self._error = sc.ERROR_CANCELLED
             self.end(sc.OUTCOME_SKIPPED if closing else sc.OUTCOME_ERROR)
             return
-        self._error = error
+        self._error = kept_error(error)
         self.end(sc.OUTCOME_ERROR)
 
     def end(self, outcome: str) -> None:

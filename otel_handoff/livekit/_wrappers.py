@@ -128,11 +128,21 @@ async def wrap_session_close(
     try:
         return await wrapped(*args, **kwargs)
     finally:
-        handoff = telemetry.awaiting_speech.get(instance)
-        if handoff is not None and handoff.on_enter_pending:
-            guard("AgentSession close", handoff.on_enter_never_ran)
+        guard("AgentSession close", _forget_session, telemetry, instance)
         if instance in telemetry.sequences:
             guard("AgentSession close", delivery.conversation_ended, telemetry.tracer)
+
+
+def _forget_session(telemetry: LiveKitTelemetry, session: Any) -> None:
+    """Nothing of a closed session's handoffs waits on: no first speech, no reconnect will come."""
+    handoff = telemetry.awaiting_speech.pop(session, None)
+    if handoff is not None:
+        handoff.on_enter_never_ran()
+    watched = telemetry.reconnect_watch
+    if watched:
+        for key, (handoff, _) in list(watched.items()):
+            if handoff.is_for(session):
+                watched.pop(key, None)
 
 
 def wrap_activity_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
@@ -271,17 +281,29 @@ def _watch_handoff_task(session: Any, handoff: LiveKitHandoff) -> None:
 
 
 def _end_with_task(handoff: LiveKitHandoff, task: asyncio.Task[Any]) -> None:
+    """Never reads what the task raised: that would mark it retrieved, and asyncio would not
+    report it to the app (`wrap_update_activity_task` sees it as it passes)."""
     if handoff.ended:
         return
     try:
         if task.cancelled():
             handoff.fail(asyncio.CancelledError())
-        elif (error := task.exception()) is not None:
-            handoff.fail(error)
         else:
             handoff.end(sc.OUTCOME_SKIPPED)
     except Exception as exc:
         report("handoff task", exc)
+
+
+async def wrap_update_activity_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """The task `update_agent()` spawned: what it raises before `_update_activity` (a handoff
+    queued behind one that failed) fails its handoff, seen on its way out of the task."""
+    try:
+        return await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        handoff = PENDING_HANDOFF.get()  # None once `_update_activity` took it
+        if handoff is not None and not handoff.ended:
+            guard("handoff task", handoff.fail, exc)
+        raise
 
 
 # --- the handoff itself -----------------------------------------------------------------------
@@ -386,10 +408,33 @@ def wrap_create_speech_task(wrapped: Any, instance: Any, args: Any, kwargs: Any)
     ):
         return wrapped(*args, **kwargs)
     if args:
-        args = (handoff.watch_on_enter(args[0]), *args[1:])
+        watched = handoff.watch_on_enter(args[0])
+        args = (watched, *args[1:])
     else:
-        kwargs = {**kwargs, "coro": handoff.watch_on_enter(kwargs["coro"])}
-    return wrapped(*args, **kwargs)
+        watched = handoff.watch_on_enter(kwargs["coro"])
+        kwargs = {**kwargs, "coro": watched}
+    try:
+        task = wrapped(*args, **kwargs)
+    except BaseException:
+        guard("on_enter", handoff.on_enter_never_ran)  # a task made before the raise times it late
+        raise
+    try:
+        task.add_done_callback(functools.partial(_on_enter_done, handoff, watched))
+    except Exception as exc:
+        report("on_enter", exc)
+    return task
+
+
+def _on_enter_done(handoff: LiveKitHandoff, watched: Any, task: asyncio.Task[Any]) -> None:
+    """The on_enter task is over; if it was cancelled before its first step (a session close),
+    the coroutine that times it never ran, and the handoff ends here."""
+    if handoff.on_enter_pending:
+        guard("on_enter", _on_enter_gone, handoff, watched)
+
+
+def _on_enter_gone(handoff: LiveKitHandoff, watched: Any) -> None:
+    watched.close()  # never started: closed, it warns of nothing (LiveKit's own coroutine still does)
+    handoff.on_enter_never_ran()
 
 
 # --- why reuse did not happen ------------------------------------------------------------------
