@@ -157,7 +157,9 @@ async def test_realtime_reconnect_is_measured(instrumented: Spans) -> None:
     [reconnect] = linked_to(instrumented, sc.SPAN_RECONNECT, handoff)
     assert reconnect.attributes[sc.RECONNECT_RESOURCE] == "realtime_session"
     measured = reconnect.attributes[sc.RECONNECT_DURATION]
-    assert CONNECT <= measured <= CONNECT * 1.2
+    # the session's own measure of its connection (a sleep of CONNECT, however late it woke), not ours
+    assert measured == pytest.approx(fresh.sessions[0].acquire_time, abs=1e-6)
+    assert measured >= CONNECT
     assert (reconnect.end_time - reconnect.start_time) / 1e9 == pytest.approx(measured, abs=1e-6)
     assert reconnect.context.trace_id == handoff.context.trace_id
 
@@ -166,7 +168,13 @@ async def test_realtime_reconnect_is_measured(instrumented: Spans) -> None:
 async def test_stt_reconnect_is_measured(instrumented: Spans) -> None:
     fresh = SilentSTT(connect_delay=CONNECT)
     connected = asyncio.Event()
-    fresh.on("metrics_collected", lambda _: connected.set())
+    reported: list[float] = []  # the STT's own acquire_time metric: what the span must carry
+
+    def collected(metrics: Any) -> None:
+        reported.append(metrics.acquire_time)
+        connected.set()
+
+    fresh.on("metrics_collected", collected)
     session = await handoff_once(Billing(), Support(stt=fresh), stt=SilentSTT())
     await asyncio.wait_for(connected.wait(), 5)
     await session.aclose()
@@ -174,7 +182,9 @@ async def test_stt_reconnect_is_measured(instrumented: Spans) -> None:
     handoff = only_handoff(instrumented)
     [reconnect] = linked_to(instrumented, sc.SPAN_RECONNECT, handoff)
     assert reconnect.attributes[sc.RECONNECT_RESOURCE] == "stt"
-    assert CONNECT <= reconnect.attributes[sc.RECONNECT_DURATION] <= CONNECT * 1.2
+    # the framework's measure of the connection, not ours: a sleep of CONNECT, however late it woke
+    assert reported[-1] >= CONNECT
+    assert reconnect.attributes[sc.RECONNECT_DURATION] == pytest.approx(reported[-1], abs=1e-6)
 
 
 @needs_reuse

@@ -191,6 +191,8 @@ class IdleRealtimeSession(llm.RealtimeSession):
         self.updates = 0
         """Number of ``update_*`` calls received."""
         self.closed = False
+        self.acquire_time: float | None = None
+        """The connection time reported to the framework, if any."""
 
     async def _connect(self) -> None:
         started = time.perf_counter()
@@ -199,7 +201,8 @@ class IdleRealtimeSession(llm.RealtimeSession):
         self._connected.set()
         report = getattr(self, "_report_connection_acquired", None)  # livekit-agents 1.5.17+
         if report is not None and self._idle_model.connect_delay > 0:
-            report(time.perf_counter() - started)
+            self.acquire_time = time.perf_counter() - started
+            report(self.acquire_time)
 
     async def _simulate_round_trip(self, kind: str) -> None:
         self.updates += 1
