@@ -24,11 +24,12 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from otel_handoff.cli import main, otlp_json
+from otel_handoff.cli import main
 from otel_handoff.cli.span_sources import SpanSourceError, parse_spans, read_spans
 from otel_handoff.cli.summary import PHASE_NAMES, collect_handoffs, csv_header, percentile, summarize
 from otel_handoff.core import schema as sc
 from otel_handoff.core.frameworks import FRAMEWORKS
+from otel_handoff.export import otlp_json
 
 pytest.importorskip("livekit.agents", reason="the demo needs livekit-agents")
 
@@ -290,9 +291,14 @@ def test_a_cut_off_last_line_is_left_out_with_one_warning(
         f"otel-handoff summary: {cut}: line {line} is cut off (a file still being written?): left out"
     ]
     assert json.loads(out)["handoffs"] == 6
-    # a bad line anywhere else is still an error, as is a last line broken other than at its end
+    # a last line broken other than at its end was cut into, not cut off: said as such
     broken = _write(tmp_path / "broken.jsonl", [*requests, requests[0].replace(":", ";", 1)])
-    assert _run(capsys, broken)[0] == 2
+    code, out, err = _run(capsys, broken, "--format", "json")
+    assert (code, json.loads(out)["handoffs"]) == (0, 6)
+    assert (
+        "1 span document(s) that do not parse left out (another writer's output cut into them?), "
+        f"the first at line {line}: invalid JSON: " in err
+    ), err
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -351,23 +357,83 @@ def test_console_exporter_output(
 def test_console_output_mixed_with_the_apps_prints(
     other_exports: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The app prints to the same stdout as ConsoleSpanExporter: those lines are skipped, counted."""
+    """The app prints to the same stdout as ConsoleSpanExporter: text, a line opening with ``[``, JSON
+    of its own, and text on the line a span starts (a print's line end after the exporter's write):
+    each line skipped and counted, every span read."""
     console, _ = other_exports
     documents = console.read_text(encoding="utf-8").split("\n}\n")
     mixed = tmp_path / "stdout.txt"
-    mixed.write_text(
-        "agent starting on port 8080\n" + "\n}\nuser said hello (a print between spans)\n".join(documents),
-        encoding="utf-8",
-    )
+    between = '\n}\n[12:00:01] user said hello\n{"level": "info", "msg": "turn"}\nevents:'
+    mixed.write_text("agent starting on port 8080\n" + between.join(documents), encoding="utf-8")
     alone = summary_json(capsys, console)
     assert main(["summary", str(mixed), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["pairs"] == alone["pairs"]
-    skipped = len(documents)  # the first line, and one between each two documents
-    assert f"{skipped} line(s) outside the span documents skipped (the app's own output?)" in err, err
+    skipped = 1 + 3 * (len(documents) - 1)  # the first line, three between each two documents
+    assert err.splitlines() == [
+        f"otel-handoff summary: {mixed}: {skipped} line(s) outside the span documents skipped "
+        "(the app's own output?), the first at line 1"
+    ]
     (tmp_path / "prints.txt").write_text("hello\nworld\n", encoding="utf-8")
     assert main(["summary", str(tmp_path / "prints.txt")]) == 2
     assert "line 1: not JSON, and no span document anywhere in the text" in capsys.readouterr().err
+
+
+# an app whose thread prints while the console exporter writes spans on another: one stdout
+_PRINTING_APP = textwrap.dedent(
+    """
+    import asyncio, sys, threading
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+    from otel_handoff.cli.demo_export import DemoTracing
+    from otel_handoff.cli import demo
+
+    original = DemoTracing.create
+
+    def create(export_path):
+        tracing = original(export_path)
+        tracing.provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter()))
+        return tracing
+
+    DemoTracing.create = staticmethod(create)
+    stop = threading.Event()
+
+    def chatter():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            print(f"[app] tick {n}", "{", end="")  # no line end: the next write shares its line
+            print("events:", flush=n % 7 == 0)
+
+    thread = threading.Thread(target=chatter)
+    thread.start()
+    result = asyncio.run(demo.run_demo(export_path=sys.argv[1]))
+    stop.set()
+    thread.join()
+    result.shutdown()
+    """
+)
+
+
+def test_console_spans_beside_a_printing_thread(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Real interleaving in one process: every span of the run reaches ``summary`` from stdout."""
+    export = tmp_path / "spans.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    run = subprocess.run(
+        [sys.executable, "-c", _PRINTING_APP, str(export)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    stdout = tmp_path / "stdout.txt"
+    stdout.write_text(run.stdout, encoding="utf-8")
+    from_stdout = {(s.span_id, s.name) for s in read_spans(str(stdout))}
+    assert from_stdout == {(s.span_id, s.name) for s in read_spans(str(export))}
+    assert main(["summary", str(stdout), "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["handoffs"] == 6
+    assert "do not parse" not in err and "line(s) outside the span documents skipped" in err
 
 
 def test_ag2_chat_export(other_exports: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
@@ -447,12 +513,21 @@ def _first_handoff(request: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 
 
 def test_bad_json_names_its_line(demo_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A span document that does not parse is left out and named; alone, it is an error."""
     requests = _lines(demo_file)
-    bad = _write(tmp_path / "bad.jsonl", [requests[0], requests[1], '{"resourceSpans": [', requests[0]])
-    code, out, err = _run(capsys, bad)
+    bad = _write(tmp_path / "bad.jsonl", [requests[0], '{"resourceSpans": [', *requests[1:]])
+    code, out, err = _run(capsys, bad, "--format", "json")
+    assert code == 0 and "Traceback" not in err
+    assert json.loads(out)["handoffs"] == 6  # every other line's
+    assert err.splitlines() == [
+        f"otel-handoff summary: {bad}: 1 span document(s) that do not parse left out "
+        "(another writer's output cut into them?), the first at line 2: invalid JSON: "
+        "Expecting ',' delimiter (line 4, column 1)"
+    ], err
+    alone = _write(tmp_path / "alone.jsonl", ['{"resourceSpans": [}'])
+    code, out, err = _run(capsys, alone)
     assert (code, out) == (2, "")
-    assert err.startswith(f"otel-handoff summary: {bad}: line 3: invalid JSON: ")
-    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err == f"otel-handoff summary: {alone}: line 1: invalid JSON: Expecting value (column 20)\n"
 
 
 def test_span_without_a_name(demo_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
