@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import _auto
-from ..core.frameworks import BY_KEY, FRAMEWORKS, Framework, any_hint
+from ..core.frameworks import BY_KEY, FRAMEWORKS, SHARED_VENV, Framework, any_hint, install_command
 from ..core.settings import first_set
 from ..export.credentials import redact, split_userinfo
 from ..export.file import EXPORTER_NAME, PATH_VARIABLE
@@ -123,12 +123,13 @@ def _requirements(report: Report) -> None:
         # the framework's own requirement says it best (livekit-agents, not an exporter it pulls in)
         shown = next((line for line in lines if line.startswith(tuple(found.roots))), lines[0])
         more = f" (and {len(sides) - 1} more)" if len(sides) > 1 else ""
-        venv = f".venv-{other.key}"
+        venv = other.venv if other.venv != SHARED_VENV else f".venv-{other.key}"
         report.problem(
             f"{here.name} and {other.name} cannot share an environment: {shown}{more}",
             f"one virtual environment per side: {other.name} in its own (python3 -m venv {venv} && "
-            f"{venv}/bin/{other.install_hint}); here, pip uninstall {' '.join(_installed(other))}, then "
-            f"{here.install_hint} again to restore what {here.name} needs",
+            f"{venv}/bin/{install_command(other.extra)}); "
+            f"here, pip uninstall {' '.join(_installed(other))}, then "
+            f"{install_command(here.extra)} again to restore what {here.name} needs",
         )
 
 
