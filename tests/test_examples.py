@@ -24,6 +24,8 @@ EXAMPLES = {  # framework -> its example
     "strands": "strands_swarm.py",
     "llama-index": "llama_index_workflow.py",
     "agent-framework": "agent_framework_handoff.py",
+    "openai-agents": "openai_agents_handoff.py",  # the SDK's own stand-in models: nothing of ours
+    "langgraph": "langgraph_swarm_app.py",
 }
 BLOCK = re.compile(r"<!-- output of example: examples/(\S+) -->\n```text\n(.*?)```", flags=re.S)
 RUN = (
@@ -41,9 +43,8 @@ def test_every_example_is_on_its_page_with_the_commands_to_run_it() -> None:
         assert [name for name, _ in BLOCK.findall(page)] == [example], key
         imports = re.findall(r"^(?:from|import) (\S+)", (ROOT / "examples" / example).read_text(), re.M)
         ours = [module for module in imports if module.startswith("otel_handoff")]
-        assert ours == ["otel_handoff.cli.offline." + module_of(key)], (
-            "no tracing code: only its stand-in model"
-        )
+        stand_in = ["otel_handoff.cli.offline." + module_of(key)]
+        assert ours in ([], stand_in), "no tracing code in the app: a stand-in model at most"
 
 
 def module_of(key: str) -> str:
