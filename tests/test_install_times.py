@@ -6,6 +6,8 @@ says ``This could take a while`` when it starts backtracking (``[strands]`` did,
 ``opentelemetry-instrumentation-threading`` from 0.66b1 down to 0.57b0: 248 s). Minutes of pip and
 network, so not in the default run: ``OTEL_HANDOFF_INSTALL_TIMES=1 pytest tests/test_install_times.py -s``
 (``.ci/run`` runs it); the times go to stdout and ``install-times.json`` in the test's folder.
+Measured on a loaded 2-core machine whose pip caches no HTTP: ``[livekit]`` 83 s, ``[strands]``
+94-142 s, none backtracking; ``[strands]`` without its bounds was still backtracking at 900 s.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ from otel_handoff.core.frameworks import FRAMEWORKS
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKTRACKING = ("This could take a while", "is looking at multiple versions of")
-WITHIN = 90.0  # seconds, the issue's bound for a warm pip cache (issue 48)
+# seconds, the issue's bound with a warm pip cache (issue 48); a machine whose pip caches no HTTP
+# (every package's metadata downloaded anew) may set OTEL_HANDOFF_INSTALL_SECONDS higher
+WITHIN = float(os.environ.get("OTEL_HANDOFF_INSTALL_SECONDS", "90"))
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("OTEL_HANDOFF_INSTALL_TIMES") != "1",
@@ -44,11 +48,10 @@ def test_each_extra_resolves_without_backtracking(extra: str, tmp_path: Path) ->
         timeout=900,
     )
     seconds = time.monotonic() - start
-    print(f"[{extra}]: {seconds:.0f} s")
+    said = (run.stdout + run.stderr).splitlines()
+    backtracked = [line for line in said if any(words in line for words in BACKTRACKING)]
+    print(f"[{extra}]: {seconds:.0f} s, {len(backtracked)} backtracking line(s)")
     (tmp_path / "install-times.json").write_text(json.dumps({"extra": extra, "seconds": seconds}))
     assert run.returncode == 0, run.stderr[-3000:]
-    backtracked = [
-        line for line in (run.stdout + run.stderr).splitlines() if any(b in line for b in BACKTRACKING)
-    ]
     assert not backtracked, backtracked[:3]
     assert seconds < WITHIN, f"[{extra}] took {seconds:.0f} s to resolve"
