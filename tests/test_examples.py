@@ -27,6 +27,7 @@ EXAMPLES = {  # framework -> its example
     "openai-agents": "openai_agents_handoff.py",  # the SDK's own stand-in models: nothing of ours
     "langgraph": "langgraph_swarm_app.py",
     "google-adk": "google_adk_transfer.py",
+    "ag2": "ag2_workflow.py",  # AG2's own stand-in models: nothing of ours
 }
 BLOCK = re.compile(r"<!-- output of example: examples/(\S+) -->\n```text\n(.*?)```", flags=re.S)
 RUN = (
