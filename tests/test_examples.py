@@ -28,6 +28,7 @@ EXAMPLES = {  # framework -> its example
     "langgraph": "langgraph_swarm_app.py",
     "google-adk": "google_adk_transfer.py",
     "ag2": "ag2_workflow.py",  # AG2's own stand-in models: nothing of ours
+    "livekit": "livekit_session.py",
 }
 BLOCK = re.compile(r"<!-- output of example: examples/(\S+) -->\n```text\n(.*?)```", flags=re.S)
 RUN = (
