@@ -10,8 +10,9 @@ values), so the summary never cares where spans came from:
 * Jaeger's query API (``/api/traces?service=...``, ``/api/traces/ID``) and its ``/api/v3`` OTLP form;
 * a saved Phoenix or Jaeger response.
 
-Malformed input raises :class:`SpanSourceError` with one line naming the line (JSON Lines) or
-the field path that is wrong, never a traceback.
+What is not a span document (an app's own output beside the console exporter's) is skipped and
+counted in a note; a span document that is malformed raises :class:`SpanSourceError` with one line
+naming its line and the field path that is wrong, never a traceback.
 """
 
 from __future__ import annotations
