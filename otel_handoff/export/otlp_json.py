@@ -47,15 +47,15 @@ def span_paths(document: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def parse_request(document: Mapping[str, Any]) -> ExportTraceServiceRequest:
     """An OTLP/JSON request as protobuf. Raises :class:`IdError` or ``json_format.ParseError``."""
-    document = copy.deepcopy(dict(document))
-    for path, span in span_paths(document):
+    copied: dict[str, Any] = copy.deepcopy(dict(document))  # ids rewritten in place
+    for path, span in span_paths(copied):
         if not isinstance(span, dict):
             continue  # json_format names what is wrong with it
         _ids_to_base64(span, path)
         for n, link in enumerate(_list(span, "links")):
             if isinstance(link, dict):
                 _ids_to_base64(link, f"{path}.links[{n}]")
-    return json_format.ParseDict(document, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    return json_format.ParseDict(copied, ExportTraceServiceRequest(), ignore_unknown_fields=True)
 
 
 def encode(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
