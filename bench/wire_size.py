@@ -23,9 +23,9 @@ from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otel_handoff.cli import otlp_json
 from otel_handoff.core import schema as sc
 from otel_handoff.core.frameworks import FRAMEWORKS, Framework
+from otel_handoff.export import otlp_json
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "wire_size.md"

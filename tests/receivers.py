@@ -38,8 +38,8 @@ import netns
 import pytest
 from netns import stop
 
-from otel_handoff.cli import otlp_json
 from otel_handoff.core import schema as sc
+from otel_handoff.export import otlp_json
 
 T = TypeVar("T")
 

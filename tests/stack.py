@@ -29,7 +29,7 @@ from typing import Any
 import netns
 from receivers import OtlpPorts, Span, missing, request_spans, wait_until
 
-from otel_handoff.cli import otlp_json
+from otel_handoff.export import otlp_json
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO / "collector-config"

@@ -247,7 +247,7 @@ def test_service_name_is_a_fallback(env: pytest.MonkeyPatch) -> None:
         ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "=s3cret", "name=value"),
         ("OTEL_EXPORTER_OTLP_TIMEOUT", "soon", "number of seconds"),
         ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "gzip"),
-        ("OTEL_TRACES_EXPORTER", "jaeger", "otlp, console or none"),
+        ("OTEL_TRACES_EXPORTER", "jaeger", "otlp, console, otel_handoff_file or none"),
         ("OTEL_SDK_DISABLED", "yes", "true or false"),
         ("OTEL_RESOURCE_ATTRIBUTES", "team=voice,oops", "key=value"),
     ],

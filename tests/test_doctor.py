@@ -163,3 +163,51 @@ def test_two_frameworks_pinning_apart(tmp_path: Path) -> None:
         "fix: one virtual environment per side: LiveKit Agents in its own (python3 -m venv .venv-livekit"
         in result.stdout
     )
+
+
+def test_frameworks_by_the_names_demo_takes() -> None:
+    from otel_handoff.core.frameworks import BY_KEY
+
+    lines = doctor().stdout.split("Frameworks\n")[1].split("\nRequirements")[0].splitlines()
+    assert [line.split()[0] for line in lines] == list(BY_KEY), lines
+
+
+def test_no_endpoint_set_is_a_note_not_a_problem() -> None:
+    """As after "Try it": the demo ran without an endpoint, so doctor exits 0 and says where spans
+    could go. (Something at localhost:4317 answers instead, on a machine that runs a collector.)"""
+    result = doctor()
+    assert result.returncode == 0, result.stdout
+    assert "problem(s)" not in result.stdout
+    if "traces: otlp/grpc -> http://localhost:4317: answers" not in result.stdout:
+        assert (
+            "note: no OTLP endpoint is set and nothing answers at the default http://localhost:4317: "
+            "the app's spans and metrics go nowhere\n    to see them, set OTEL_EXPORTER_OTLP_ENDPOINT to a "
+            "receiver's, or write spans to a file: OTEL_TRACES_EXPORTER=otel_handoff_file "
+            "OTEL_HANDOFF_EXPORT_FILE=spans.jsonl OTEL_METRICS_EXPORTER=none"
+        ) in result.stdout
+
+
+def test_the_service_name_it_names_is_the_one_an_app_run_with_python_gets(tmp_path: Path) -> None:
+    import json
+
+    said = re.search(r"service\.name: .*", doctor().stdout)
+    assert said is not None
+    assert "e.g. unknown_service:python for `python agent.py`" in said.group(0)
+    assert "python3" not in said.group(0)  # doctor's own interpreter, which the app's need not be
+    app = "import otel_handoff\nfrom opentelemetry import trace\notel_handoff.configure()\n"
+    app += "trace.get_tracer('app').start_span('work').end()\n"
+    (tmp_path / "agent.py").write_text(app)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {
+        "OTEL_TRACES_EXPORTER": "otel_handoff_file",
+        "OTEL_HANDOFF_EXPORT_FILE": "spans.jsonl",
+        "OTEL_METRICS_EXPORTER": "none",
+    }
+    python = Path(sys.executable).with_name("python")
+    run = subprocess.run(
+        [str(python), "agent.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    [line] = (tmp_path / "spans.jsonl").read_text().splitlines()
+    attributes = json.loads(line)["resourceSpans"][0]["resource"]["attributes"]
+    assert {"key": "service.name", "value": {"stringValue": "unknown_service:python"}} in attributes

@@ -161,6 +161,22 @@ def test_demo_with_unreachable_endpoint_warns_once(tmp_path: Path) -> None:
     assert lost.endswith("check OTEL_EXPORTER_OTLP_ENDPOINT, or run `otel-handoff doctor`"), lost
 
 
+def test_over_http_the_lost_line_names_the_cause_in_a_few_words(tmp_path: Path) -> None:
+    """The OTLP/HTTP exporter fails with urllib3's connection-pool text (300 characters, most of it
+    the pool's and the connection object's repr): the line keeps the cause."""
+    with refused_port() as port:
+        run = run_demo(
+            tmp_path,
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+            OTEL_EXPORTER_OTLP_TIMEOUT=str(int(EXPORT_TIMEOUT)),
+        )
+    [lost] = [line for line in run.stdout.splitlines() if "spans not delivered to" in line]
+    assert "Connection refused" in lost and "ConnectionPool" not in lost and " object at 0x" not in lost, lost
+    why = lost.split(" (", 1)[1].rsplit("); ", 1)[0]  # was 300 characters, cut there
+    assert len(why) < 120, why
+
+
 # --- an application calling otel_handoff.configure() ---------------------------------------------
 APP = """
     import asyncio, json, logging, sys

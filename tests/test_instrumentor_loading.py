@@ -111,14 +111,14 @@ def test_the_framework_registry_matches_pyproject() -> None:
     extras = project["optional-dependencies"]
     assert entry_points == {f.entry_point: f.instrumentor for f in FRAMEWORKS}
     for framework in FRAMEWORKS:
-        assert tuple(extras[framework.extra]) == framework.extra_requires
+        assert tuple(extras[framework.extra]) == (*framework.extra_requires, *framework.extra_bounds)
         module = framework.instrumentor.partition(":")[0]
         package = importlib.import_module(f"{module}.package")
         declared = (*package._instruments, *getattr(package, "_instruments_any", ()))
         assert {r.replace(" ", "") for r in declared} == set(framework.instruments)
     assert sorted(extras["instruments-any"]) == sorted(r for f in FRAMEWORKS for r in f.instruments)
     # installed from this checkout (the test venv): the hint installs from it, not the index
-    assert all(f.install_hint.endswith(f"[{f.extra}]'") for f in FRAMEWORKS)
+    assert all(f"[{f.extra}]'" in f.install_hint for f in FRAMEWORKS)
 
 
 def test_every_instrumentor_declares_what_the_skeleton_reads() -> None:

@@ -27,8 +27,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from receivers import Rotel, Span, request_spans, run_demo, wait_until
 from stack import Jaeger, as_jaeger_tags, namespace
 
-from otel_handoff.cli import main, otlp_json
+from otel_handoff.cli import main
 from otel_handoff.core import schema as sc
+from otel_handoff.export import otlp_json
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 DEMOS = {  # framework -> the framework's own span each handoff hangs under, at its trace's root

@@ -3,6 +3,7 @@ the schema, their examples the real output of the command they show."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -132,3 +133,36 @@ def test_each_example_is_the_commands_real_output(page: str, command: str, body:
         position, skip = found + 1, False
     rest = [line for line in output[position:] if line]
     assert skip or not rest, f"{page}: `{command}`: output goes on without a `…`: {rest[0]!r}"
+
+
+def test_each_hint_names_the_venv_the_readme_names(tmp_path: Path) -> None:
+    """demo's, doctor's and the start-up hook's install hint (one property) for a framework with a
+    venv of its own: that venv, as the README and the framework's page name it."""
+    from otel_handoff.core.frameworks import BY_KEY, FRAMEWORKS, SHARED_VENV
+
+    assert {f.key: f.venv for f in FRAMEWORKS if f.venv != SHARED_VENV} == {
+        key: venv for key, (venv, _) in environments.OWN_ENVIRONMENTS.items()
+    }
+    for key, (venv, _) in environments.OWN_ENVIRONMENTS.items():
+        framework = BY_KEY[key]
+        assert f"`[{framework.extra}]` in a venv of its own (`{venv}`)" in " ".join(README.split())
+        assert f"python3 -m venv {venv} && {venv}/bin/pip install" in framework.install_hint
+        assert f"{venv}/bin/pip install '.[{framework.extra}]'" in DOCS[f"{key}.md"]
+        try:
+            importable = importlib.util.find_spec(framework.demo_module) is not None
+        except ImportError:
+            importable = False
+        if importable:
+            continue
+        demo = subprocess.run(
+            [sys.executable, "-m", "otel_handoff", "demo", "--framework", key],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert demo.returncode == 2
+        assert f"python3 -m venv {venv} && {venv}/bin/pip install" in demo.stderr, demo.stderr
+    for framework in FRAMEWORKS:
+        if framework.venv == SHARED_VENV and framework.key != "livekit":
+            assert f"`[{framework.extra}]`" in README.split("into the same `.venv`")[0].split("picks")[-1]

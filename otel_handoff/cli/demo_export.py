@@ -7,7 +7,6 @@ or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` is set, and to an OTLP JSON Lines file
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -25,9 +24,9 @@ from opentelemetry.sdk.trace.export import (
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ..export import CountingSpanProcessor, exporters, shutdown_within
+from ..export import CountingSpanProcessor, exporters, otlp_json, shutdown_within
+from ..export.file import append
 from ..export.settings import what_to_check
-from . import otlp_json
 
 DEFAULT_SERVICE_NAME = "otel-handoff-demo"
 
@@ -58,17 +57,10 @@ def _resource() -> Resource:
 
 
 def write_otlp_json(spans: Sequence[ReadableSpan], path: str | os.PathLike[str]) -> None:
-    """Write ``spans`` as OTLP JSON Lines: one ``ExportTraceServiceRequest`` per trace and line.
-
-    The layout of the collector's file exporter, so the file can be replayed into a
-    collector (``otlpjsonfile`` receiver) or read by anything that speaks OTLP/JSON.
-    """
-    by_trace: dict[int, list[ReadableSpan]] = {}
-    for span in sorted(spans, key=lambda s: s.start_time or 0):
-        by_trace.setdefault(span.context.trace_id, []).append(span)
-    with Path(path).open("w", encoding="utf-8") as out:
-        for trace_spans in by_trace.values():
-            out.write(json.dumps(otlp_json.encode(trace_spans), separators=(",", ":")) + "\n")
+    """Write ``spans`` to ``path`` as OTLP JSON Lines, replacing it: what the file exporter
+    (``OTEL_TRACES_EXPORTER=otel_handoff_file``) appends, one ``ExportTraceServiceRequest`` per trace."""
+    Path(path).write_bytes(b"")
+    append(os.fspath(path), "".join(otlp_json.json_lines(spans)).encode("utf-8"))
 
 
 @dataclass

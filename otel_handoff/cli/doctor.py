@@ -15,11 +15,14 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from .. import _auto
-from ..core.frameworks import BY_KEY, FRAMEWORKS, Framework, any_hint
+from ..core.frameworks import BY_KEY, FRAMEWORKS, SHARED_VENV, Framework, any_hint, install_command
+from ..core.settings import first_set
 from ..export.credentials import redact, split_userinfo
-from ..export.settings import PROTOCOL_FIX, protocol_hint
+from ..export.file import EXPORTER_NAME, PATH_VARIABLE
+from ..export.settings import PROTOCOL_FIX, endpoint_variable, protocol_hint
 from ..version import __version__
 
+ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
 _PROBE_TIMEOUT = 2.0  # seconds a receiver gets to answer an empty export request
 
 
@@ -27,6 +30,7 @@ _PROBE_TIMEOUT = 2.0  # seconds a receiver gets to answer an empty export reques
 class Report:
     lines: list[str] = field(default_factory=list)
     problems: list[tuple[str, str]] = field(default_factory=list)  # (problem, fix)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (fact, what to do): not a problem
 
     def say(self, text: str) -> None:
         self.lines.append(text)
@@ -35,8 +39,13 @@ class Report:
         if (text, fix) not in self.problems:  # traces and metrics read the same variables
             self.problems.append((text, fix))
 
+    def note(self, text: str, fix: str) -> None:
+        if (text, fix) not in self.notes:
+            self.notes.append((text, fix))
+
     def render(self) -> str:
         out = [*self.lines, ""]
+        out += [f"note: {text}\n    {fix}" for text, fix in self.notes]
         if self.problems:
             out.append(f"{len(self.problems)} problem(s):")
             out += [f"  ✗ {problem}\n    fix: {fix}" for problem, fix in self.problems]
@@ -51,24 +60,26 @@ def _frameworks(report: Report) -> None:
     found = False
     for framework in FRAMEWORKS:
         version = _auto.installed(framework)
-        label = "/".join(framework.distributions)
+        # the name --framework takes, then the packages
+        label = f"{framework.key} ({'/'.join(framework.distributions)}"
         if version is None:
-            report.say(f"  {label}: not installed")
+            report.say(f"  {label}): not installed")
             continue
+        label = f"{framework.key} ({'/'.join(framework.distributions)} {version})"
         found = True
         instrumentor = _auto.instrumentor_class(framework)()
         wanted = ", ".join(instrumentor.instrumentation_dependencies()) or "the classic autogen package"
         problem = _auto.unsupported(framework, instrumentor)
         if problem is not None:
-            report.say(f"  {label} {version}: NOT supported (needs {wanted})")
+            report.say(f"  {label}: NOT supported (needs {wanted})")
             report.problem(
-                f"{label} {version} is not supported by otel-handoff {__version__}",
+                f"{label} is not supported by otel-handoff {__version__}",
                 f"{framework.install_hint} (installs a supported release)",
             )
             continue
         state = f"disabled by {_auto.DISABLED_ENV}" if framework.entry_point in disabled else "will be traced"
         report.say(
-            f"  {label} {version}: supported ({wanted}; tested: {framework.tested}); "
+            f"  {label}: supported ({wanted}; tested: {framework.tested}); "
             f"entry point {framework.entry_point}: {state}"
         )
     if not found:
@@ -112,12 +123,13 @@ def _requirements(report: Report) -> None:
         # the framework's own requirement says it best (livekit-agents, not an exporter it pulls in)
         shown = next((line for line in lines if line.startswith(tuple(found.roots))), lines[0])
         more = f" (and {len(sides) - 1} more)" if len(sides) > 1 else ""
-        venv = f".venv-{other.key}"
+        venv = other.venv if other.venv != SHARED_VENV else f".venv-{other.key}"
         report.problem(
             f"{here.name} and {other.name} cannot share an environment: {shown}{more}",
             f"one virtual environment per side: {other.name} in its own (python3 -m venv {venv} && "
-            f"{venv}/bin/{other.install_hint}); here, pip uninstall {' '.join(_installed(other))}, then "
-            f"{here.install_hint} again to restore what {here.name} needs",
+            f"{venv}/bin/{install_command(other.extra)}); "
+            f"here, pip uninstall {' '.join(_installed(other))}, then "
+            f"{install_command(here.extra)} again to restore what {here.name} needs",
         )
 
 
@@ -299,7 +311,13 @@ def _export(report: Report) -> None:
         )
     else:
         report.say(f"  provider: {type(provider).__module__}.{type(provider).__name__} (kept as is)")
-    report.say(f"  service.name: {export.resource(None).attributes.get('service.name')}")
+    name = str(export.resource(None).attributes.get("service.name"))
+    if name.startswith("unknown_service"):  # the SDK's: unknown_service:<the app's interpreter's file name>
+        name = (
+            "unknown_service:<the app's interpreter> (no OTEL_SERVICE_NAME), e.g. unknown_service:python "
+            "for `python agent.py`; set OTEL_SERVICE_NAME to name the agent"
+        )
+    report.say(f"  service.name: {name}")
 
     spans_out, metrics_out = export.exporters(log=False)  # the problems are this report's
     exporters = {"traces": spans_out, "metrics": metrics_out}
@@ -321,7 +339,16 @@ def _export(report: Report) -> None:
                 state = "answers" if why is None else why if why == _HTTP1 else f"does not answer ({why})"
                 report.say(f"  {signal}: {kind} -> {shown}: {state}")
                 receiver = urlsplit(endpoint).netloc
-                if why is not None and signal == "traces":
+                if why is not None and not first_set(endpoint_variable(signal)):
+                    # the SDK's default endpoint, which nobody set: the demo runs without it
+                    report.note(
+                        f"no OTLP endpoint is set and nothing answers at the default {shown}: "
+                        "the app's spans and metrics go nowhere",
+                        f"to see them, set {ENDPOINT_VARIABLE} to a receiver's, or write spans to a file: "
+                        f"OTEL_TRACES_EXPORTER={EXPORTER_NAME} {PATH_VARIABLE}=spans.jsonl "
+                        "OTEL_METRICS_EXPORTER=none",
+                    )
+                elif why is not None and signal == "traces":
                     unreachable.add(receiver)
                     report.problem(f"the OTLP endpoint {shown} {state}", _fix_for(why))
                 elif why is not None and receiver not in unreachable:

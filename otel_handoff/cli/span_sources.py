@@ -10,12 +10,14 @@ values), so the summary never cares where spans came from:
 * Jaeger's query API (``/api/traces?service=...``, ``/api/traces/ID``) and its ``/api/v3`` OTLP form;
 * a saved Phoenix or Jaeger response.
 
-Malformed input raises :class:`SpanSourceError` with one line naming the line (JSON Lines) or
-the field path that is wrong, never a traceback.
+What is not a span document (an app's own output beside the console exporter's) is skipped and
+counted in a note; a span document that is malformed raises :class:`SpanSourceError` with one line
+naming its line and the field path that is wrong, never a traceback.
 """
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -30,8 +32,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ..export import otlp_json
 from ..export.credentials import split_userinfo
-from . import otlp_json
 
 __all__ = ["SpanRecord", "SpanSourceError", "parse_spans", "read_spans"]
 
@@ -97,86 +99,112 @@ def parse_spans(text: str, notes: list[str] | None = None) -> list[SpanRecord]:
 
 
 # --- JSON documents in a text ---------------------------------------------------------------------
-def _documents(text: str, notes: list[str]) -> Iterator[tuple[str, Any]]:
-    """(where, document) for each JSON document: one per line, or pretty-printed back to back.
+# where a document may start: at a line's start, or after the app's own text on the same line (its
+# print and the console exporter's write sharing a line) where a console span or an OTLP request opens
+_START = re.compile(r'^[{\[]|\{(?=\s*"(?:name|resourceSpans)"\s*:)', re.MULTILINE)
+# how a span document opens: one that then does not parse was cut into, not the app's own text
+_SPAN_OPENING = re.compile(r'\{\s*"(?:name|resourceSpans|data|result)"')
 
-    JSON Lines is recognised by a first line that is a whole document; then each line is
-    parsed alone, so an error names its own line. A last line cut off mid-document (a collector's
-    file exporter still writing) is left out with a note; any other bad line is an error.
-    Otherwise the documents are decoded one after another (a single document, or
-    ``ConsoleSpanExporter`` output).
+
+def _documents(text: str, notes: list[str]) -> Iterator[tuple[str, Any]]:
+    """(where, document) for each span document in ``text``, in any layout: JSON Lines (one per
+    line), pretty-printed documents back to back (``ConsoleSpanExporter``), or one document.
+
+    What is not a span document is skipped and counted in one note: lines of the app's own output
+    (text, a line starting with ``[``, JSON of its own), also where it shares a line with a span.
+    A span document that does not parse is left out with a note naming its line (another writer
+    cut into it); the last one, cut off at the end (a file still being written), likewise. Only
+    when the text holds no span document at all is the first of these an error.
     """
-    lines = text.splitlines()
-    first = next((line for line in lines if line.strip()), None)
-    if first is None:
-        return
-    if _is_json(first):
-        last = max(number for number, line in enumerate(lines, 1) if line.strip())
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if number == last and _cut_off(line):
-                notes.append(f"line {number} is cut off (a file still being written?): left out")
-                return
-            yield f"line {number}", _loads(line, number)
-        return
-    # documents one after another; a line outside them that does not open one is the app's own
-    # output sharing stdout with ConsoleSpanExporter: skipped, and counted
+    line_starts = [0, *(m.end() for m in re.finditer("\n", text))]
+
+    def line_of(position: int) -> int:
+        return bisect.bisect_right(line_starts, position)
+
+    skipped: set[int] = set()  # lines with text outside every span document
+
+    def skip(start: int, end: int) -> None:
+        first = line_of(start)
+        for offset, piece in enumerate(text[start:end].split("\n")):
+            if piece.strip():
+                skipped.add(first + offset)
+
     decoder = json.JSONDecoder()
-    position, found, skipped = 0, 0, []
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position >= len(text):
-            break
-        line = text.count("\n", 0, position) + 1
-        if text[position] not in "{[":
-            end = text.find("\n", position)
-            position = len(text) if end < 0 else end + 1
-            skipped.append(line)
-            continue
+    found = 0
+    broken: list[tuple[int, json.JSONDecodeError]] = []  # (line, error) of span documents cut into
+    cut: json.JSONDecodeError | None = None  # the last document's, cut off at the end
+    foreign: tuple[str, Any] | None = None  # the first JSON document that is not trace data
+    position = 0
+    while (match := _START.search(text, position)) is not None:
+        skip(position, match.start())
+        start = match.start()
         try:
-            document, position = decoder.raw_decode(text, position)
+            document, position = decoder.raw_decode(text, start)
         except json.JSONDecodeError as exc:
-            raise SpanSourceError(
-                f"line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})"
-            ) from None
-        found += 1
-        yield f"line {line}", document
-    if skipped and not found:
-        raise SpanSourceError(f"line {skipped[0]}: not JSON, and no span document anywhere in the text")
+            if not _SPAN_OPENING.match(text, start):
+                position = start + 1  # "[INFO] ...": the app's own; a span may start later on its line
+                skip(start, position)
+                continue
+            line_end = text.find("\n", start)
+            position = len(text) if line_end < 0 else line_end + 1
+            if _START.search(text, position) is None and _ran_out(text, exc):
+                notes.append(f"line {line_of(start)} is cut off (a file still being written?): left out")
+                cut, position = exc, len(text)
+                break
+            else:
+                broken.append((line_of(start), exc))
+            continue
+        if _is_trace_document(document):
+            found += 1
+            yield f"line {line_of(start)}", document
+        else:
+            foreign = foreign or (f"line {line_of(start)}", document)
+            skip(start, position)
+    skip(position, len(text))
+    if not found:
+        if broken or cut:
+            exc = broken[0][1] if broken else cut
+            assert exc is not None
+            raise SpanSourceError(f"line {exc.lineno}: invalid JSON: {exc.msg} (column {exc.colno})")
+        if foreign is not None:
+            _from_document(foreign[1], foreign[0])  # raises: what it is not
+        if skipped:
+            raise SpanSourceError(f"line {min(skipped)}: not JSON, and no span document anywhere in the text")
+        return
+    if broken:
+        line, exc = broken[0]
+        notes.append(
+            f"{len(broken)} span document(s) that do not parse left out (another writer's output cut "
+            f"into them?), the first at line {line}: invalid JSON: {exc.msg} (line {exc.lineno}, "
+            f"column {exc.colno})"
+        )
     if skipped:
         notes.append(
             f"{len(skipped)} line(s) outside the span documents skipped (the app's own output?), "
-            f"the first at line {skipped[0]}"
+            f"the first at line {min(skipped)}"
         )
 
 
-def _is_json(line: str) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
+def _ran_out(text: str, exc: json.JSONDecodeError) -> bool:
+    """Did the decoder run out of text (at its very end, or in a string running to it), rather than
+    find an error inside?"""
+    return exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")
+
+
+def _is_trace_document(document: Any) -> bool:
+    """Is ``document`` one of the shapes :func:`_from_document` reads (or another signal's)?"""
+    if isinstance(document, list):
+        return bool(document) and all(_is_trace_document(item) for item in document)
+    if not isinstance(document, dict):
         return False
-    return True
-
-
-def _cut_off(line: str) -> bool:
-    """Is ``line`` a JSON document that stops before its end (not one with an error inside)?
-
-    The decoder ran out of text: at the very end, or inside a string that runs to the end.
-    """
-    try:
-        json.loads(line)
-    except json.JSONDecodeError as exc:
-        return exc.pos >= len(line.rstrip()) or exc.msg.startswith("Unterminated string")
-    return False
-
-
-def _loads(line: str, number: int) -> Any:
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise SpanSourceError(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})") from None
+    result = document.get("result")
+    return (
+        "resourceSpans" in document
+        or (isinstance(result, dict) and "resourceSpans" in result)
+        or any(key in document for key in _OTHER_SIGNALS)
+        or ("data" in document and (isinstance(document["data"], list) or "errors" in document))
+        or ("name" in document and "context" in document)
+    )
 
 
 def _from_document(document: Any, where: str, path: str = "") -> list[SpanRecord]:

@@ -24,7 +24,7 @@ import io
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,7 @@ REUSE_FLAGS = {
 }
 OUTCOMES = (sc.OUTCOME_COMPLETED, sc.OUTCOME_ERROR, sc.OUTCOME_REJECTED, sc.OUTCOME_SKIPPED)
 NONE_AGENT = "(none)"  # an AG2 handoff that ended the chat has no target agent
+NO_REASON = "(no reason)"  # a rejected span without agent_handoff.rejection_reason
 CHART_WIDTH = 40
 _LINKED_START_TOLERANCE_NS = 1_000  # backends round times to the microsecond
 
@@ -82,6 +83,7 @@ class HandoffRecord:
     reuse: Mapping[str, bool] = field(default_factory=dict)
     # after first speech, until the caller hears it: the estimate on the first_speech span, if any
     heard_delay: float | None = None
+    rejection_reason: str | None = None  # a rejected handoff's agent_handoff.rejection_reason
 
     @property
     def pair(self) -> tuple[str, str, str]:
@@ -140,6 +142,9 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
         outcome = attributes.get(sc.OUTCOME)
         if outcome is None:
             outcome = sc.OUTCOME_ERROR if span.status == "ERROR" else "unknown"
+        reason = attributes.get(sc.REJECTION_REASON)
+        if outcome == sc.OUTCOME_REJECTED and not reason:
+            reason = NO_REASON
         result.append(
             HandoffRecord(
                 framework=str(attributes.get(sc.FRAMEWORK) or "unknown"),
@@ -163,6 +168,7 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
                     ),
                     None,
                 ),
+                rejection_reason=str(reason) if outcome == sc.OUTCOME_REJECTED else None,
             )
         )
     return result
@@ -270,6 +276,7 @@ class PairSummary:
     phases: Mapping[str, Stats]
     reuse: Mapping[str, tuple[int, int]]  # flag -> (reused, handoffs that report it)
     heard: Stats | None = None  # first speech to the caller's ear, estimated (LiveKit in a room)
+    rejections: Mapping[str, int] = field(default_factory=dict)  # rejection reason -> handoffs
 
     @property
     def label(self) -> str:
@@ -306,6 +313,9 @@ def summarize(handoffs: Iterable[HandoffRecord]) -> list[PairSummary]:
                 phases=phases,
                 reuse=reuse,
                 heard=Stats.of([h.heard_delay for h in group if h.heard_delay is not None]),
+                rejections=dict(
+                    sorted(Counter(h.rejection_reason for h in group if h.rejection_reason).items())
+                ),
             )
         )
     return pairs
@@ -323,11 +333,16 @@ def _rate(reuse: tuple[int, int] | None) -> str:
     return f"{100 * reused / total:.0f}%"
 
 
+def _counted(counts: Mapping[str, int], total: int) -> str:
+    """Names with their counts, a count only where it is not the whole (n or rej says it)."""
+    if len(counts) == 1 and next(iter(counts.values())) == total:
+        return next(iter(counts))
+    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in counts.items())
+
+
 def _via(pair: PairSummary) -> str:
     """How the pair's handoffs came about; counts only when there is more than one way (n says it)."""
-    if len(pair.via) == 1:
-        return next(iter(pair.via))
-    return ", ".join(f"{name} x{n}" if n > 1 else name for name, n in pair.via.items())
+    return _counted(pair.via, pair.count)
 
 
 def _columns(header: Sequence[str], rows: Sequence[Sequence[str]], right: set[int]) -> list[str]:
@@ -361,6 +376,57 @@ def duration_legend(frameworks: Sequence[str]) -> str:
     )
 
 
+_REUSE_LABELS = {"stt": "stt", "realtime_session": "realtime", "turn_detector": "turn"}
+_NUMERIC = {"n", "p50", "p95", "max", "err", "rej", "skip", *_REUSE_LABELS.values()}
+
+
+def table_columns(pairs: Sequence[PairSummary]) -> list[tuple[str, Callable[[PairSummary], str]]]:
+    """(label, cell) of the table's columns: those of what the input holds. Rejections and skips
+    where any handoff had one (with the reasons), a reuse rate where any handoff reports the flag
+    (LiveKit's), so a LlamaIndex file gets no LiveKit columns."""
+
+    def duration(stat: str) -> Callable[[PairSummary], str]:
+        return lambda p: _ms(getattr(p.duration, stat) if p.duration else None)
+
+    def outcome(name: str) -> Callable[[PairSummary], str]:
+        return lambda p: str(p.outcomes.get(name, 0))
+
+    def reuse(flag: str) -> Callable[[PairSummary], str]:
+        return lambda p: _rate(p.reuse.get(flag))
+
+    columns: list[tuple[str, Callable[[PairSummary], str]]] = [
+        ("framework", lambda p: p.framework),
+        ("from → to", lambda p: p.label),
+        ("via", _via),
+        ("n", lambda p: str(p.count)),
+        *((stat, duration(stat)) for stat in ("p50", "p95", "max")),
+        ("err", outcome(sc.OUTCOME_ERROR)),
+    ]
+    if any(p.outcomes.get(sc.OUTCOME_REJECTED) for p in pairs):
+        columns.append(("rej", outcome(sc.OUTCOME_REJECTED)))
+        columns.append(
+            ("rejected as", lambda p: _counted(p.rejections, p.outcomes.get(sc.OUTCOME_REJECTED, 0)))
+        )
+    if any(p.outcomes.get(sc.OUTCOME_SKIPPED) for p in pairs):
+        columns.append(("skip", outcome(sc.OUTCOME_SKIPPED)))
+    columns += [
+        (label, reuse(flag)) for flag, label in _REUSE_LABELS.items() if any(flag in p.reuse for p in pairs)
+    ]
+    return columns
+
+
+def _legend(header: Sequence[str]) -> str:
+    outcomes = [name for name in ("err", "rej", "skip") if name in header]
+    words = {"err": "error", "rej": "rejected", "skip": "skipped"}
+    parts = [f"{'/'.join(outcomes)}: outcome {', '.join(words[name] for name in outcomes)}"]
+    if "rej" in header:
+        parts.append("rejected as: agent_handoff.rejection_reason")
+    reused = [label for label in _REUSE_LABELS.values() if label in header]
+    if reused:
+        parts.append(f"{'/'.join(reused)}: share of handoffs that reused it")
+    return " · ".join(parts)
+
+
 def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
     """An overview line per pair, then each pair's phase table (milliseconds)."""
     total = sum(p.count for p in pairs)
@@ -372,45 +438,11 @@ def render_table(pairs: Sequence[PairSummary], source: str = "") -> str:
         duration_legend([p.framework for p in pairs]),
         "",
     ]
-    header = [
-        "framework",
-        "from → to",
-        "via",
-        "n",
-        "p50",
-        "p95",
-        "max",
-        "err",
-        "rej",
-        "skip",
-        "stt",
-        "realtime",
-        "turn",
-    ]
-    rows = []
-    for pair in pairs:
-        d = pair.duration
-        rows.append(
-            [
-                pair.framework,
-                pair.label,
-                _via(pair),
-                str(pair.count),
-                _ms(d.p50 if d else None),
-                _ms(d.p95 if d else None),
-                _ms(d.max if d else None),
-                str(pair.outcomes.get(sc.OUTCOME_ERROR, 0)),
-                str(pair.outcomes.get(sc.OUTCOME_REJECTED, 0)),
-                str(pair.outcomes.get(sc.OUTCOME_SKIPPED, 0)),
-                _rate(pair.reuse.get("stt")),
-                _rate(pair.reuse.get("realtime_session")),
-                _rate(pair.reuse.get("turn_detector")),
-            ]
-        )
-    lines += _columns(header, rows, right={3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
-    lines.append(
-        "err/rej/skip: outcome error, rejected, skipped · stt/realtime/turn: share of handoffs that reused it"
-    )
+    columns = table_columns(pairs)
+    header = [label for label, _ in columns]
+    rows = [[cell(pair) for _, cell in columns] for pair in pairs]
+    lines += _columns(header, rows, right={i for i, (label, _) in enumerate(columns) if label in _NUMERIC})
+    lines.append(_legend(header))
 
     for pair in pairs:
         lines += [
@@ -479,6 +511,7 @@ def render_json(pairs: Sequence[PairSummary], source: str = "") -> str:
                 "duration": _stats_dict(p.duration),
                 "phases": {name: _stats_dict(s) for name, s in p.phases.items()},
                 "heard_delay": _stats_dict(p.heard),
+                "rejection_reasons": dict(p.rejections),
                 "reuse": {
                     flag: {"reused": reused, "of": total, "rate": reused / total}
                     for flag, (reused, total) in p.reuse.items()
@@ -493,8 +526,11 @@ def render_json(pairs: Sequence[PairSummary], source: str = "") -> str:
 _STAT_FIELDS = ("count", "p50", "p95", "max", "mean")
 
 
-def csv_header() -> list[str]:
-    """The CSV columns: the same for every input, so files from different runs line up."""
+def csv_header(pairs: Sequence[PairSummary]) -> list[str]:
+    """The CSV columns: those of what the input holds (phases, reuse flags, the heard delay where
+    any pair has them), in the registry's order; outcomes always."""
+    phases = _csv_phases(pairs)
+    heard = ["heard_delay"] if any(p.heard for p in pairs) else []
     return [
         "framework",
         "from_agent",
@@ -502,18 +538,28 @@ def csv_header() -> list[str]:
         "count",
         "via",
         *OUTCOMES,
-        *(f"{flag}_reuse_rate" for flag in REUSE_FLAGS),
-        *(f"duration_{f}" + ("" if f == "count" else "_s") for f in _STAT_FIELDS),
-        *(f"{phase}_{f}" + ("" if f == "count" else "_s") for phase in PHASE_NAMES for f in _STAT_FIELDS),
-        *("heard_delay_" + f + ("" if f == "count" else "_s") for f in _STAT_FIELDS),
+        "rejection_reasons",
+        *(f"{flag}_reuse_rate" for flag in REUSE_FLAGS if any(flag in p.reuse for p in pairs)),
+        *(
+            f"{name}_{f}" + ("" if f == "count" else "_s")
+            for name in ("duration", *phases, *heard)
+            for f in _STAT_FIELDS
+        ),
     ]
+
+
+def _csv_phases(pairs: Sequence[PairSummary]) -> list[str]:
+    return [phase for phase in PHASE_NAMES if any(phase in p.phases for p in pairs)]
 
 
 def render_csv(pairs: Sequence[PairSummary]) -> str:
     """One row per pair, durations in seconds; empty cells where a pair lacks a phase or flag."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(csv_header())
+    writer.writerow(csv_header(pairs))
+    phases = _csv_phases(pairs)
+    flags = [flag for flag in REUSE_FLAGS if any(flag in p.reuse for p in pairs)]
+    heard = any(p.heard for p in pairs)
     for p in pairs:
         row: list[Any] = [
             p.framework,
@@ -523,8 +569,9 @@ def render_csv(pairs: Sequence[PairSummary]) -> str:
             " ".join(f"{k}:{n}" for k, n in p.via.items()),
         ]
         row += [p.outcomes.get(outcome, 0) for outcome in OUTCOMES]
-        row += [(r[0] / r[1]) if (r := p.reuse.get(flag)) else "" for flag in REUSE_FLAGS]
-        for stats in (p.duration, *(p.phases.get(phase) for phase in PHASE_NAMES), p.heard):
+        row.append(" ".join(f"{reason}:{n}" for reason, n in p.rejections.items()))
+        row += [(r[0] / r[1]) if (r := p.reuse.get(flag)) else "" for flag in flags]
+        for stats in (p.duration, *(p.phases.get(phase) for phase in phases), *([p.heard] if heard else [])):
             row += [getattr(stats, f) if stats else "" for f in _STAT_FIELDS]
         writer.writerow(row)
     return out.getvalue()

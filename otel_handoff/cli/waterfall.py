@@ -120,7 +120,14 @@ def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
         trigger = f"{trigger}:{tool}"
     total = _ms(handoff.start_time or 0, handoff.end_time or 0)
     outcome = str(_attr(handoff, sc.OUTCOME, "?"))
-    if handoff.status.status_code is StatusCode.ERROR and handoff.status.description:
+    reason = _attr(handoff, sc.REJECTION_REASON)
+    if outcome == sc.OUTCOME_REJECTED and reason:
+        outcome = f"{outcome}: {reason}"  # its status says only "rejected"
+    elif handoff.status.status_code is StatusCode.ERROR and handoff.status.description not in (
+        None,
+        "",
+        outcome,
+    ):
         outcome = f"{outcome}: {handoff.status.description}"
     return (
         f"#{sequence}" if sequence is not None else "#?",

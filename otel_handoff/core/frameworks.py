@@ -32,6 +32,10 @@ class Framework:
     # (module, "Class.method") that readies a process for sessions before any of them, off their
     # event loop: exporting is configured once it returns, so no session's loop pays for it
     ready_at: tuple[tuple[str, str], ...] = ()
+    # the venv the README installs it in: the shared one, or its own where it cannot share it
+    venv: str = ".venv"
+    # what its extra holds back beside the framework, so pip resolves it at once (no backtracking)
+    extra_bounds: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -40,7 +44,11 @@ class Framework:
 
     @property
     def install_hint(self) -> str:
-        return install_command(self.extra)
+        """How to install it: into the venv the README names where that is one of its own."""
+        if self.venv == SHARED_VENV:
+            return install_command(self.extra)
+        own = f"python3 -m venv {self.venv} && {self.venv}/bin/{install_command(self.extra)}"
+        return f"{own} (a venv of its own)"
 
     @property
     def tested(self) -> str:
@@ -48,6 +56,8 @@ class Framework:
         package = importlib.import_module(self.instrumentor.partition(":")[0] + ".package")
         return "; ".join(value for name, value in sorted(vars(package).items()) if name.startswith("TESTED"))
 
+
+SHARED_VENV = ".venv"  # the README's "Try it" venv, where every other framework installs
 
 FRAMEWORKS: tuple[Framework, ...] = (
     Framework(
@@ -141,6 +151,7 @@ FRAMEWORKS: tuple[Framework, ...] = (
         demo_module="google.adk",
         span_framework="google-adk",
         duration="the transfer call to the new agent's first output (live: its first audio)",
+        venv=".venv-google-adk",  # google-adk caps opentelemetry-sdk below what livekit-agents needs
     ),
     Framework(
         key="langgraph",
@@ -189,6 +200,14 @@ FRAMEWORKS: tuple[Framework, ...] = (
         demo_module="strands.multiagent",
         span_framework="strands",
         duration="the handoff tool call to the new agent's first output (the old agent's drain included)",
+        # its opentelemetry-instrumentation-threading holds opentelemetry-api and -sdk at 1.45.1
+        venv=".venv-strands",
+        extra_bounds=(
+            "opentelemetry-api<=1.45.1",
+            "opentelemetry-sdk<=1.45.1",
+            "opentelemetry-exporter-otlp<=1.45.1",
+            "opentelemetry-instrumentation<=0.66b1",
+        ),
     ),
     Framework(
         key="agent-framework",

@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from .credentials import redact
+from .file import EXPORTER_NAME, OtlpJsonFileSpanExporter
 from .quiet import quiet
 from .settings import (
     EXPORTER_VARIABLE,
@@ -28,6 +29,12 @@ from .settings import (
 _ENTRY_POINT_GROUP: dict[Signal, str] = {
     "traces": "opentelemetry_traces_exporter",
     "metrics": "opentelemetry_metrics_exporter",
+}
+
+# what each variable takes without another package: the SDK's, and ours for a file of spans
+_ACCEPTED: dict[Signal, str] = {
+    "traces": f"otlp, console, {EXPORTER_NAME} or none",
+    "metrics": "otlp, console or none",
 }
 
 
@@ -59,7 +66,7 @@ def build_exporters(signal: Signal) -> list[tuple[str, Any]]:
             report_problem(
                 variable,
                 f"names {name!r}, which is not installed",
-                f"use otlp, console or none (installed: {', '.join(installed) or 'none'})",
+                f"use {_ACCEPTED[signal]} (installed: {', '.join(installed) or 'none'})",
                 f"That {signal} exporter is off",
             )
             continue
@@ -73,6 +80,10 @@ def build_exporters(signal: Signal) -> list[tuple[str, Any]]:
                 f"That {signal} exporter is off",
             )
             continue
+        if isinstance(exporter, OtlpJsonFileSpanExporter):
+            if not exporter.writable:
+                continue  # no usable path: it said so in one line
+            description = target = f"{name} {exporter.path}"
         built.append((description, quiet(signal, exporter, target)))
     return built
 

@@ -22,6 +22,23 @@ T = TypeVar("T")
 _WHAT: dict[Signal, str] = {"traces": "spans", "metrics": "metrics"}
 _RETRYING = re.compile(r",? ?retrying in [^,]*$")  # the exporter's retry note: the exit ends it
 _REASON_LENGTH = 300
+# urllib3's words for a connection it could not make (OTLP/HTTP), around the one that matters
+_URLLIB3_RETRIES = re.compile(
+    r"HTTPS?ConnectionPool\([^)]*\): Max retries exceeded with url: \S+ \(Caused by \w+\((.*)\)\)", re.S
+)
+_ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")
+
+
+def plain_reason(reason: str) -> str:
+    """An exporter's failure in a few words: urllib3's connection-pool wrapping cut down to its cause
+    (``Connection refused``, ``Name or service not known``), the rest as the exporter said it."""
+    found = _URLLIB3_RETRIES.search(reason)
+    if found is None:
+        return reason
+    cause = _ERRNO.search(found.group(1))
+    said = cause.group(1).strip() if cause else found.group(1).rsplit(": ", 1)[-1].strip("'\" ")
+    return reason[: found.start()] + said + reason[found.end() :]
+
 
 _capture = threading.local()
 
@@ -111,7 +128,9 @@ class Outage:
             down = bool(failing)
         if not ok:
             # the exporter's own words, which quote the endpoint and its credentials
-            reason = redact(" ".join((reasons[0] if reasons else "the exporter reported a failure").split()))
+            reason = redact(
+                plain_reason(" ".join((reasons[0] if reasons else "the exporter reported a failure").split()))
+            )
             self.last_reason = (
                 reason[: _REASON_LENGTH - 3] + "..." if len(reason) > _REASON_LENGTH else reason
             )
@@ -151,7 +170,7 @@ class QuietSpanExporter(SpanExporter):
         """Why exporting fails: what the export in flight said so far (its retries), or the last failure."""
         pending = self._outage.in_flight_reasons
         if pending:
-            return redact(_RETRYING.sub("", " ".join(pending[0].split())))[:_REASON_LENGTH]
+            return redact(plain_reason(_RETRYING.sub("", " ".join(pending[0].split()))))[:_REASON_LENGTH]
         return self._outage.last_reason
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:

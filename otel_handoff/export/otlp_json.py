@@ -3,8 +3,8 @@
 OTLP/JSON is protobuf's JSON mapping of ``ExportTraceServiceRequest`` with one difference that
 matters here: trace and span ids are hex strings, where the plain mapping writes bytes as base64
 (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding). Everything else is left to
-``json_format``: one reader and one writer, used by the demo's export, ``otel-handoff summary``
-and the tests.
+``json_format``: one reader and one writer, used by the file exporter (:mod:`.file`), the demo's
+export, ``otel-handoff summary`` and the tests.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -20,7 +21,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.sdk.trace import ReadableSpan
 
-__all__ = ["IdError", "any_value", "encode", "parse_request", "span_paths"]
+__all__ = ["IdError", "any_value", "encode", "json_lines", "parse_request", "span_paths"]
 
 _ID_SIZES = {"traceId": 16, "spanId": 8, "parentSpanId": 8}
 
@@ -46,15 +47,15 @@ def span_paths(document: Mapping[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def parse_request(document: Mapping[str, Any]) -> ExportTraceServiceRequest:
     """An OTLP/JSON request as protobuf. Raises :class:`IdError` or ``json_format.ParseError``."""
-    document = copy.deepcopy(dict(document))
-    for path, span in span_paths(document):
+    copied: dict[str, Any] = copy.deepcopy(dict(document))  # ids rewritten in place
+    for path, span in span_paths(copied):
         if not isinstance(span, dict):
             continue  # json_format names what is wrong with it
         _ids_to_base64(span, path)
         for n, link in enumerate(_list(span, "links")):
             if isinstance(link, dict):
                 _ids_to_base64(link, f"{path}.links[{n}]")
-    return json_format.ParseDict(document, ExportTraceServiceRequest(), ignore_unknown_fields=True)
+    return json_format.ParseDict(copied, ExportTraceServiceRequest(), ignore_unknown_fields=True)
 
 
 def encode(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
@@ -67,6 +68,18 @@ def encode(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
         for link in span.get("links", ()):
             _ids_to_hex(link)
     return document
+
+
+def json_lines(spans: Sequence[ReadableSpan]) -> list[str]:
+    """OTLP JSON Lines of ``spans``: one request per trace, in the order the traces started.
+
+    The layout of the Collector's file exporter, so a file can be replayed into a collector
+    (``otlpjsonfile`` receiver) or read by anything that speaks OTLP/JSON; each line ends in ``\\n``.
+    """
+    by_trace: dict[int, list[ReadableSpan]] = {}
+    for span in sorted(spans, key=lambda s: s.start_time or 0):
+        by_trace.setdefault(span.context.trace_id, []).append(span)
+    return [json.dumps(encode(group), separators=(",", ":")) + "\n" for group in by_trace.values()]
 
 
 def any_value(value: AnyValue) -> Any:
