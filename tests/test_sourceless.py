@@ -155,3 +155,41 @@ def test_a_check_that_fails_in_any_way_refuses_in_one_line(
         assert "not traced. Install a tested release" in line and "\n" not in line
     finally:
         instrumentor.uninstrument()
+
+
+SHAPES = """
+class Hub:
+    async def _fan_out(self, method_name, *args):
+        own = getattr(self, method_name, None)
+        for listener in args:
+            getattr(listener, method_name, None)
+
+
+async def handoff(ctx, to_agent):
+    agents = await ctx.store.get("agents")
+    return f"Agent {to_agent}: agent handoff after a progress update is not supported"
+
+
+class Workflow:
+    def __init__(self):
+        self._runner = [n for n in range(3)]
+"""
+
+
+def test_the_shape_checks_read_code_without_its_source() -> None:
+    """core/shapes.py on code compiled from a string: no source for inspect to find."""
+    import inspect
+
+    from otel_handoff.core.shapes import code_names, holds_text, loads_in_sequence
+
+    found: dict[str, object] = {}
+    exec(compile(SHAPES, "<no source>", "exec"), found)
+    hub, handoff, workflow = found["Hub"], found["handoff"], found["Workflow"]
+    with pytest.raises(OSError):
+        inspect.getsource(handoff)
+    assert loads_in_sequence(hub._fan_out, "getattr", "self", "method_name")
+    assert not loads_in_sequence(hub._fan_out, "getattr", "method_name", "self")
+    assert loads_in_sequence(handoff, "ctx", "store") and not loads_in_sequence(handoff, "store", "ctx")
+    assert holds_text(handoff, "progress update is not supported")  # an f-string's literal part
+    assert "_runner" in code_names(workflow.__init__) and "range" in code_names(workflow.__init__)
+    assert code_names(len) == frozenset() and not loads_in_sequence(None, "x")
