@@ -113,7 +113,9 @@ run() {  # $1: plain | traced
     -p no:xdist -o addopts="" --continue-on-collection-errors "${pytest_args[@]}" "${tests[@]}" "${extra[@]}" > "$work/$1.log" 2>&1) || true
   # pytest's short summary ("FAILED tests/x.py::t - why"), not captured log lines ("ERROR    asyncio:…")
   { grep -E '^(FAILED|ERROR) [^ ]' "$work/$1.log" || true; } | sed 's/ - .*//' | sort > "$work/$1.failed"  # none: fine
-  tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
+  # pytest's last line, or, where the interpreter's exit printed after it (a coroutine never
+  # awaited, collected at exit), the counts line it printed last
+  { grep -E ' in [0-9.]+s( \(|$)' "$work/$1.log" || true; } | tail -n 1 | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
   echo "$1: $(cat "$work/$1.summary")"
   if [[ -n "${FRAMEWORK_SUITE_LOGS:-}" ]]; then mkdir -p "$FRAMEWORK_SUITE_LOGS" && cp "$work/$1.log" "$FRAMEWORK_SUITE_LOGS/"; fi
 }
