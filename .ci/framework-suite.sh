@@ -8,9 +8,13 @@
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
+# FRAMEWORK_SUITE_LOGS=<folder> keeps both runs' full logs there.
+#
 # Wired up: LangGraph, the OpenAI Agents SDK and Strands Agents (their source releases ship their
-# tests; Pipecat's does not), and Microsoft Agent Framework (from its repository's release tag:
-# `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone). A test that needs a package the recipe leaves out fails to collect both ways alike.
+# tests; Pipecat's does not), Microsoft Agent Framework (from its repository's release tag:
+# `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone) and
+# LlamaIndex (llama-index-core's sdist ships no tests: its repository's tag v<release>, the folder
+# llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone). A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -19,6 +23,7 @@ repo="$PWD"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
+pytest_args=()  # a recipe's own pytest options
 case "$framework" in
   langgraph)
     deps=(pytest pytest-mock pytest-dotenv syrupy httpx "pytest-xdist[psutil]" pytest-repeat
@@ -43,6 +48,23 @@ case "$framework" in
     instrumentor="otel_handoff.agent_framework:AgentFrameworkHandoffInstrumentor"
     git_source="${AGENT_FRAMEWORK_GIT:-https://github.com/microsoft/agent-framework}"
     tests=(packages/orchestrations/tests packages/core/tests/workflow)  # the handoff's, and the runner's
+    git_tag="python-$release"
+    git_folder=python
+    ;;
+  llama-index)  # its sdist ships no tests: the release's tag (v<release>) of its repository
+    dist=llama-index-core
+    # its dev group's test tools, at its pins, and what its conftest imports (openai)
+    deps=("pytest~=7.2" "pytest-asyncio==0.21.0" "pytest-mock==3.11.1" pytest-timeout openai)
+    instrumentor="otel_handoff.llama_index:LlamaIndexHandoffInstrumentor"
+    git_source="${LLAMA_INDEX_GIT:-https://github.com/run-llama/llama_index}"
+    git_tag="v$release"
+    git_folder=llama-index-core
+    # the tests import the installed release, not the tag's source tree (which lacks the tokenizer
+    # cache the release bundles: tiktoken would download it); native tracebacks: pytest's own parse
+    # of a deep recursion's frames fails inside CPython 3.11 (SystemError, the session ends)
+    # a test that hangs offline (one of its multiprocessing tests, spawn children idle) fails after 120 s
+    drop_source=llama_index
+    pytest_args=(--tb=native --timeout=120)
     ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
@@ -51,11 +73,17 @@ tests=("${tests[@]:-tests/}")
 
 python3 -m venv "$work/venv"
 if [[ -n "${git_source:-}" ]]; then
-  git -c advice.detachedHead=false clone -q --depth 1 --branch "python-$release" "$git_source" "$work/src"
-  source_dir="$work/src/python"
-  orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
-  deps+=("agent-framework-orchestrations==$orchestrations")
+  # only the folder the tests are in (LlamaIndex's repository holds hundreds of integrations)
+  git -c advice.detachedHead=false clone -q --depth 1 --no-checkout --branch "$git_tag" "$git_source" "$work/src"
+  git -C "$work/src" sparse-checkout set "$git_folder"
+  git -C "$work/src" -c advice.detachedHead=false checkout -q "$git_tag"
+  source_dir="$work/src/$git_folder"
+  if [[ $framework == agent-framework ]]; then
+    orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
+    deps+=("agent-framework-orchestrations==$orchestrations")
+  fi
   "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  if [[ -n "${drop_source:-}" ]]; then rm -rf "${source_dir:?}/$drop_source"; fi
 else
   "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
   "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
@@ -82,11 +110,14 @@ run() {  # $1: plain | traced
   local extra=()
   [[ $1 == traced ]] && extra=(-p otel_handoff_suite_plugin)
   (cd "$source_dir" && PYTHONPATH="$work" "$work/venv/bin/python" -m pytest -q -p no:cacheprovider \
-    -p no:xdist -o addopts="" --continue-on-collection-errors "${tests[@]}" "${extra[@]}" > "$work/$1.log" 2>&1) || true
+    -p no:xdist -o addopts="" --continue-on-collection-errors "${pytest_args[@]}" "${tests[@]}" "${extra[@]}" > "$work/$1.log" 2>&1) || true
   # pytest's short summary ("FAILED tests/x.py::t - why"), not captured log lines ("ERROR    asyncio:…")
-  grep -E '^(FAILED|ERROR) [^ ]' "$work/$1.log" | sed 's/ - .*//' | sort > "$work/$1.failed"
-  tail -n 1 "$work/$1.log" | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
+  { grep -E '^(FAILED|ERROR) [^ ]' "$work/$1.log" || true; } | sed 's/ - .*//' | sort > "$work/$1.failed"  # none: fine
+  # pytest's last line, or, where the interpreter's exit printed after it (a coroutine never
+  # awaited, collected at exit), the counts line it printed last
+  { grep -E ' in [0-9.]+s( \(|$)' "$work/$1.log" || true; } | tail -n 1 | sed -E 's/ in [0-9.]+s.*//' > "$work/$1.summary"
   echo "$1: $(cat "$work/$1.summary")"
+  if [[ -n "${FRAMEWORK_SUITE_LOGS:-}" ]]; then mkdir -p "$FRAMEWORK_SUITE_LOGS" && cp "$work/$1.log" "$FRAMEWORK_SUITE_LOGS/"; fi
 }
 run plain
 run traced

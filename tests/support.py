@@ -297,7 +297,81 @@ from opentelemetry import trace
 for _ in range(3):
     trace.get_tracer("exit-app").start_span("work").end()
 print("done")
+if "EXITING" in globals():
+    EXITING.append(1)
 """
+
+
+# Prefixed to an app: once its last line has run (``EXITING.append(1)``), every wait the main
+# thread makes from otel_handoff's code (an Event's, a Condition's, a join, a sleep) prints its
+# timeout, one line each: the exit's deadline logic, read without a clock.
+RECORD_EXIT_WAITS = """
+import os, sys, threading, time
+EXITING = []
+_OURS = os.path.dirname(__import__("importlib.util").util.find_spec("otel_handoff").origin)
+_inside = threading.local()  # depth of this thread's waits
+
+
+def _ours():
+    # our caller's function name, when otel_handoff's code is on the stack
+    frame = sys._getframe(2)
+    via = "wait"
+    while frame is not None and frame.f_code.co_filename == threading.__file__:
+        via, frame = frame.f_code.co_name, frame.f_back  # Thread.start's own wait says "start"
+    caller = frame.f_code.co_name if frame is not None else None
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_OURS):
+            return f"{caller}:{via}"
+        frame = frame.f_back
+    return None
+
+
+def _recording(original, name, timeout_at):
+    def wait(*args, **kwargs):
+        timeout = kwargs.get("timeout", args[timeout_at] if len(args) > timeout_at else None)
+        depth = getattr(_inside, "depth", 0)
+        counted = EXITING and not depth and threading.current_thread() is threading.main_thread()
+        caller = counted and _ours()
+        if caller:
+            sys.stderr.write(f"exit-wait: {caller} {timeout!r}\\n")
+            sys.stderr.flush()
+        _inside.depth = depth + 1  # a wait_for's own waits are within its timeout
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _inside.depth = depth
+    return wait
+
+
+threading.Condition.wait = _recording(threading.Condition.wait, "Condition.wait", 1)
+threading.Condition.wait_for = _recording(threading.Condition.wait_for, "Condition.wait_for", 2)
+threading.Thread.join = _recording(threading.Thread.join, "Thread.join", 1)
+time.sleep = _recording(time.sleep, "sleep", 0)
+"""
+
+
+def exit_waits(stderr: str) -> list[tuple[str, float | None]]:
+    """(where, timeout) of each wait :data:`RECORD_EXIT_WAITS` printed (None: a wait without one)."""
+    waits: list[tuple[str, float | None]] = []
+    for line in stderr.splitlines():
+        if line.startswith("exit-wait: "):
+            _, where, value = line.split(" ")
+            waits.append((where, None if value == "None" else float(value)))
+    return waits
+
+
+# what the exit may wait on a receiver, as docs/export.md says: EXIT_TIMEOUT_SECONDS for the
+# providers' shutdown, then half a second for the exporters' own
+EXIT_WAIT_BOUND_SECONDS = 1.5
+
+
+def assert_exit_bounded(stderr: str) -> None:
+    """Every wait of the exit has a timeout, and together they stay within the documented bound.
+    (A thread started at exit waits, without one, for its own start: allowed until none is.)"""
+    waits = exit_waits(stderr)
+    assert waits, "no wait of the exit was seen: " + stderr[-2000:]
+    assert all(t is not None for where, t in waits if not where.endswith(":start")), waits
+    assert sum(t or 0.0 for _, t in waits) <= EXIT_WAIT_BOUND_SECONDS + 1e-6, waits
 
 
 def run_exit_app(**settings: str) -> tuple[float, subprocess.CompletedProcess[str]]:
@@ -306,6 +380,10 @@ def run_exit_app(**settings: str) -> tuple[float, subprocess.CompletedProcess[st
     env |= {"OTEL_METRICS_EXPORTER": "none", **settings}
     start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-c", EXIT_APP], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", RECORD_EXIT_WAITS + EXIT_APP],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     return time.monotonic() - start, result

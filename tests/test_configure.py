@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
-from support import run_exit_app
+from support import assert_exit_bounded, run_exit_app
 
 import otel_handoff
 from otel_handoff import _auto, export
@@ -537,11 +537,10 @@ def test_exit_with_a_dead_collector_is_bounded_and_says_what_was_lost() -> None:
     with socket.socket() as listener:  # bound, never accepting: nobody answers on this port
         listener.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        elapsed, result = run_exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=dead)
+        _, result = run_exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=dead)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
     lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
     assert len(lost) == 1 and "3 span(s)" in lost[0], result.stderr
-    # the SDK's own exit waits out its retries (10 s export timeout); ours gives the exporter 1 s
-    plain_elapsed, plain = run_exit_app(OTEL_TRACES_EXPORTER="none")
-    assert plain.returncode == 0
-    assert elapsed - plain_elapsed < export.EXIT_TIMEOUT_SECONDS + 6, (elapsed, plain_elapsed)
+    # the SDK's own exit waits out its retries (10 s export timeout); ours waits 1.5 s at most,
+    # read off the exit's own waits (a loaded machine's clock would only blur it)
+    assert_exit_bounded(result.stderr)

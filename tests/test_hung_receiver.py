@@ -4,9 +4,9 @@ that answers too late: the exit stays bounded, one line says what was lost and w
 millisecond-looking timeout is named, and ``doctor`` reports it.
 
 The receiver is a socket on 127.0.0.1 that listens and never accepts: the kernel completes the
-connection, nobody ever reads or answers. Exit times are compared with the same run exporting
-nothing; the bound tested (7 s over it) is far below what the SDK alone takes with the timeout set
-here (30 s per export), so a loaded machine cannot break the test and a regression cannot pass it.
+connection, nobody ever reads or answers. The exit's bound is read off its own waits (each has a
+timeout, 1.5 s in all: ``support.assert_exit_bounded``), not a clock a loaded machine moves; the
+SDK alone would wait 30 s per export with the timeout set here.
 """
 
 from __future__ import annotations
@@ -18,12 +18,9 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from support import run_exit_app
-
-from otel_handoff import export
+from support import assert_exit_bounded, run_exit_app
 
 SDK_TIMEOUT = "30"  # seconds the SDK would wait per export (and its retries) without our bound
-BOUND = export.EXIT_TIMEOUT_SECONDS + 6
 
 
 @pytest.fixture
@@ -43,16 +40,14 @@ PROTOCOLS = {"grpc": {}, "http/protobuf": {"OTEL_EXPORTER_OTLP_PROTOCOL": "http/
 def test_exit_is_bounded_and_says_what_was_lost(hung: str, protocol: str, scheme: str) -> None:
     endpoint = f"{scheme}://{hung}"
     settings = {**PROTOCOLS[protocol], "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint}
-    elapsed, result = run_exit_app(OTEL_EXPORTER_OTLP_TIMEOUT=SDK_TIMEOUT, **settings)
-    plain_elapsed, plain = run_exit_app(OTEL_TRACES_EXPORTER="none")
+    _, result = run_exit_app(OTEL_EXPORTER_OTLP_TIMEOUT=SDK_TIMEOUT, **settings)
     assert result.returncode == 0 and "done" in result.stdout, result.stderr[-2000:]
-    assert plain.returncode == 0
     lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
     assert len(lost) == 1, result.stderr
     assert "3 span(s) were not delivered" in lost[0] and endpoint in lost[0]
     # what to do: the variable that set the endpoint, and the tool that checks it
     assert lost[0].endswith("; check OTEL_EXPORTER_OTLP_ENDPOINT, or run `otel-handoff doctor`."), lost[0]
-    assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
+    assert_exit_bounded(result.stderr)
 
 
 def test_a_slow_receiver_gets_a_second_then_the_exit_goes_on() -> None:
@@ -77,7 +72,7 @@ def test_a_slow_receiver_gets_a_second_then_the_exit_goes_on() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-        elapsed, result = run_exit_app(
+        _, result = run_exit_app(
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
             OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
             OTEL_EXPORTER_OTLP_TIMEOUT=SDK_TIMEOUT,
@@ -85,23 +80,19 @@ def test_a_slow_receiver_gets_a_second_then_the_exit_goes_on() -> None:
     finally:
         release.set()
         server.shutdown()
-    plain_elapsed, _ = run_exit_app(OTEL_TRACES_EXPORTER="none")
     lost = [line for line in result.stderr.splitlines() if "not delivered" in line]
     assert len(lost) == 1 and f"no answer from {endpoint}" in lost[0], result.stderr
-    assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
+    assert_exit_bounded(result.stderr)
 
 
 def test_a_millisecond_timeout_is_named_and_the_exit_still_bounded(hung: str) -> None:
     """10000 is the spec's 10 s in milliseconds; the Python SDK waits 10000 s per export."""
-    elapsed, result = run_exit_app(
-        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://{hung}", OTEL_EXPORTER_OTLP_TIMEOUT="10000"
-    )
-    plain_elapsed, _ = run_exit_app(OTEL_TRACES_EXPORTER="none")
+    _, result = run_exit_app(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://{hung}", OTEL_EXPORTER_OTLP_TIMEOUT="10000")
     named = [line for line in result.stderr.splitlines() if "OTEL_EXPORTER_OTLP_TIMEOUT" in line]
     assert len(named) == 1, result.stderr
     assert "reads as seconds" in named[0] and "OTEL_EXPORTER_OTLP_TIMEOUT=10 " in named[0]
     assert any("not delivered" in line for line in result.stderr.splitlines())
-    assert elapsed - plain_elapsed < BOUND, (elapsed, plain_elapsed)
+    assert_exit_bounded(result.stderr)
 
 
 def test_a_plausible_timeout_is_not_named() -> None:

@@ -25,7 +25,6 @@ into a span.
 from __future__ import annotations
 
 import functools
-import inspect
 import time
 import weakref
 from collections import OrderedDict
@@ -53,6 +52,7 @@ from ..core import schema as sc
 from ..core.conversation import Conversation
 from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
+from ..core.shapes import loads_in_sequence
 from ..core.spans import HandoffTelemetry
 
 _SUBSTANTIVE = (EV_TEXT, EV_PACKET)
@@ -377,12 +377,9 @@ HUB_HOOKS = ("on_envelope_posted", "on_channel_event", "on_turn_failed")
 
 
 def hub_awaits_own_hooks() -> bool:
-    """Does ``Hub._fan_out`` call the hub's own hook methods (ag2 1.0 to 1.2 do)? Read by shape."""
-    try:
-        source = inspect.getsource(Hub._fan_out)
-    except (AttributeError, OSError, TypeError):
-        return False
-    return "getattr(self, method_name" in source
+    """Does ``Hub._fan_out`` call the hub's own hook methods (ag2 1.0 to 1.2 do)? Read from its
+    code, ``getattr(self, method_name``: an install without sources has it too."""
+    return loads_in_sequence(getattr(Hub, "_fan_out", None), "getattr", "self", "method_name")
 
 
 _IN_HOOK: ContextVar[bool] = ContextVar("otel_handoff_ag2_hub_hook", default=False)

@@ -24,10 +24,10 @@ each wrapper runs and how often).
 from __future__ import annotations
 
 import importlib
-import inspect
 from typing import Any
 
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from ..core.shapes import code_names
 from . import package
 
 __all__ = ["AgentFrameworkHandoffInstrumentor"]
@@ -53,11 +53,11 @@ def shape_problems() -> list[str]:
 
     problems = []
     middleware = getattr(handoff, "_AutoHandoffMiddleware", None)
-    if middleware is None or "self._handoff_functions" not in inspect.getsource(middleware.__init__):
+    if middleware is None or "_handoff_functions" not in code_names(middleware.__init__):
         problems.append(f"{_HANDOFF}._AutoHandoffMiddleware._handoff_functions")
     if not hasattr(ResponseStream, "with_cleanup_hook"):
         problems.append("agent_framework.ResponseStream.with_cleanup_hook")
-    if "self._runner" not in inspect.getsource(Workflow.__init__):
+    if "_runner" not in code_names(Workflow.__init__):
         problems.append("agent_framework._workflows._workflow.Workflow._runner")
     if not hasattr(OtelAttr, "EXECUTOR_PROCESS_SPAN"):
         problems.append("agent_framework.observability.OtelAttr.EXECUTOR_PROCESS_SPAN")

@@ -217,12 +217,20 @@ class HandoffInstrumentor(BaseInstrumentor):
     def _instrument_release(
         self, framework: Framework, tracer_and_metrics: Callable[[], tuple[trace.Tracer, HandoffMetrics]]
     ) -> None:
-        features = self.detect()
-        if features is None or self._refused(features.version):
+        # every check of the release, before anything is patched: one that fails in any way (a
+        # module that raises on import, an install without sources, a release that moved
+        # something) refuses it with one line, and never raises into the app
+        try:
+            features = self.detect()
+            if features is None or self._refused(features.version):
+                return
+            attributes = self.static_attributes(framework.span_framework, features.version)
+            telemetry = self.make_telemetry(TelemetryParts(*tracer_and_metrics(), attributes), features)
+            points = self.wrap_points(telemetry)
+        except Exception as exc:
+            self._refuse_unchecked(exc)
             return
-        static_attributes = self.static_attributes(framework.span_framework, features.version)
-        telemetry = self.make_telemetry(TelemetryParts(*tracer_and_metrics(), static_attributes), features)
-        if self._wrap_all(self.wrap_points(telemetry), features.version):
+        if self._wrap_all(points, features.version):
             type(self)._telemetry = telemetry
             self.after_instrument(telemetry)
 
@@ -290,6 +298,23 @@ class HandoffInstrumentor(BaseInstrumentor):
             self._refuse(version, missing)
         return bool(missing)
 
+    def _refuse_unchecked(self, exc: Exception) -> None:
+        """The one line saying a release could not be checked, so it is left alone."""
+        try:
+            version = importlib.metadata.version(self.release)
+        except Exception:
+            version = "(version unknown)"
+        logging.getLogger(type(self).__module__).error(
+            "otel-handoff: %s %s could not be checked (%s: %s); %s not traced. Install a tested "
+            "release (%s), or report it with your otel-handoff and framework versions.",
+            self.release,
+            version,
+            type(exc).__name__,
+            _one_line(exc),
+            self.untraced,
+            self.tested,
+        )
+
     def _refuse(self, version: str, missing: list[str]) -> None:
         """The one line saying a release lacks what we wrap, so it is left alone."""
         logging.getLogger(type(self).__module__).error(
@@ -334,6 +359,12 @@ class HandoffInstrumentor(BaseInstrumentor):
             sc.FRAMEWORK: framework,
             sc.FRAMEWORK_VERSION: version,
         }
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message, on one line and short (a log line, not a traceback)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def resolve(module: str, name: str) -> tuple[Any, str]:
@@ -391,6 +422,6 @@ def missing_wrap_points(points: list[WrapPoint]) -> list[str]:
             owner, attr = resolve(module, name)
             if not callable(getattr(owner, attr, None)):
                 missing.append(f"{module}.{name}")
-        except (ImportError, AttributeError):
+        except Exception:  # not importable (in any way), or not there
             missing.append(f"{module}.{name}")
     return missing

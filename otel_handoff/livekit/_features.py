@@ -13,6 +13,8 @@ import inspect
 import logging
 from typing import Any
 
+from ..core.shapes import code_names, code_of, holds_text, loads_in_sequence
+
 _LOG = logging.getLogger(__name__)
 
 
@@ -27,7 +29,7 @@ class LiveKitFeatures:
     turn_detector_reuse: bool
     # `voice/tool_executor.py` (1.6.0+)
     tool_executor: bool
-    # how `_detach_reusable_resources` decides (read from its source, it changed in 1.5.x/1.6.x)
+    # how `_detach_reusable_resources` decides (read from its code, it changed in 1.5.x/1.6.x)
     stt_reuse_needs_default_node: bool = True
     realtime_reuse_checks_turn_detection: bool = True
     # `RealtimeSession/RecognizeStream._report_connection_acquired` (acquire_time metrics)
@@ -59,23 +61,15 @@ def _has_param(func: Any, name: str) -> bool:
         return False
 
 
-def _source(func: Any) -> str:
-    try:
-        return inspect.getsource(func)
-    except (OSError, TypeError):
-        return ""
-
-
 def _tool_handoff_after_update() -> str | None:
     """Does the tool executor reject or defer a handoff returned after `ctx.update()`?"""
     try:
         from livekit.agents.voice import tool_executor
     except ImportError:
         return None
-    source = _source(tool_executor)
-    if "_deferred_agent_handoff" in source:
+    if "_deferred_agent_handoff" in code_names(tool_executor):
         return "deferred"
-    if "agent handoff after a progress update is not supported" in source:
+    if holds_text(tool_executor, "agent handoff after a progress update is not supported"):
         return "rejected"
     return None
 
@@ -127,16 +121,17 @@ def detect() -> LiveKitFeatures:
         has_tool_executor = False
     from livekit.agents import llm, stt
 
-    detach_source = _source(getattr(activity_cls, "_detach_reusable_resources", None))
+    # read from its code (not its source: an install may have none); before 1.5 it is not there
+    detach = code_of(getattr(activity_cls, "_detach_reusable_resources", None))
     features = LiveKitFeatures(
         version=__version__,
         queue_wait=_has_param(session_cls._update_activity_task, "old_task"),
         reuse=_has_param(activity_cls.start, "reuse_resources") and "stt_pipeline" in reusable_fields,
         turn_detector_reuse="turn_detector_stream" in reusable_fields,
         tool_executor=has_tool_executor,
-        stt_reuse_needs_default_node="is Agent.stt_node" in detach_source or not detach_source,
-        realtime_reuse_checks_turn_detection="_rt_turn_detection_enabled" in detach_source
-        or not detach_source,
+        stt_reuse_needs_default_node=detach is None or loads_in_sequence(detach, "Agent", "stt_node"),
+        realtime_reuse_checks_turn_detection=detach is None
+        or "_rt_turn_detection_enabled" in code_names(detach),
         connection_metrics=hasattr(llm.RealtimeSession, "_report_connection_acquired")
         and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
         tool_handoff_after_update=_tool_handoff_after_update(),

@@ -21,10 +21,10 @@ LLM chat events only while a step awaits a handoff's first output.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from ..core.shapes import code_names, loads_in_sequence
 from . import package
 
 __all__ = ["LlamaIndexHandoffInstrumentor"]
@@ -55,7 +55,7 @@ def feature_problems() -> list[str]:
 
     problems = []
     handoff = getattr(maw, "handoff", None)
-    if handoff is None or "ctx.store" not in inspect.getsource(handoff):
+    if handoff is None or not loads_in_sequence(handoff, "ctx", "store"):
         problems.append(f"{_WORKFLOW}.handoff reading ctx.store")
     for event, fields in (
         (ToolCall, ("tool_name", "tool_id", "tool_kwargs")),
@@ -65,7 +65,7 @@ def feature_problems() -> list[str]:
         problems += [f"{event.__name__}.{f}" for f in fields if f not in event.model_fields]
     from llama_index.core.workflow.handler import WorkflowHandler
 
-    if not hasattr(WorkflowHandler, "add_done_callback") and "_result_task" not in inspect.getsource(
+    if not hasattr(WorkflowHandler, "add_done_callback") and "_result_task" not in code_names(
         WorkflowHandler.__init__
     ):
         problems.append("WorkflowHandler.add_done_callback or its _result_task")

@@ -19,7 +19,6 @@ the app adds later leaves that conversation without ``first_speech``.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 import weakref
@@ -30,6 +29,7 @@ from pipecat.frames.frames import BotStartedSpeakingFrame
 from pipecat.observers.base_observer import BaseObserver
 
 from ..core.faults import guard
+from ..core.shapes import code_names
 from ._downlink import processors
 from ._transition import FlowState, FlowsTelemetry
 
@@ -62,14 +62,11 @@ class _FirstSpeech(BaseObserver):
 
 
 def observers_join_running_pipelines() -> bool:
-    """Does Pipecat give an observer added to a running pipeline its proxy (whatever else is there)?"""
+    """Does Pipecat give an observer added to a running pipeline its proxy (whatever else is there)?
+    Read from its code (``self._proxies``, ``self._create_proxy``): an install without sources has it too."""
     from pipecat.pipeline.worker_observer import WorkerObserver
 
-    try:
-        source = inspect.getsource(WorkerObserver.add_observer)
-    except (OSError, TypeError):
-        return False
-    return "self._proxies is not None" in source
+    return {"_proxies", "_create_proxy"} <= code_names(WorkerObserver.add_observer)
 
 
 def source_events_carry_frames() -> bool:
