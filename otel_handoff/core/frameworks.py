@@ -152,6 +152,13 @@ FRAMEWORKS: tuple[Framework, ...] = (
         span_framework="google-adk",
         duration="the transfer call to the new agent's first output (live: its first audio)",
         venv=".venv-google-adk",  # google-adk caps opentelemetry-sdk below what livekit-agents needs
+        # google-adk 2.13 holds opentelemetry-api and -sdk at 1.44 (semantic conventions 0.65b0 pin 1.44.0)
+        extra_bounds=(
+            "opentelemetry-api<=1.44",
+            "opentelemetry-sdk<=1.44",
+            "opentelemetry-exporter-otlp<=1.44",
+            "opentelemetry-instrumentation<=0.65b0",
+        ),
     ),
     Framework(
         key="langgraph",
