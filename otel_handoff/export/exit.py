@@ -1,5 +1,5 @@
 """A bounded exit: whatever the receiver does (refuses, never answers, answers slowly, never
-finishes TLS), flushing at exit costs a process about a second, then one line says what was lost.
+finishes TLS), flushing at exit waits 1.5 s at most, then one line says what was lost.
 
 The SDK's own shutdown waits out the exporter's timeout and every retry (10 s and more per
 export over HTTP against a receiver that accepts and never answers). Here the providers are shut
