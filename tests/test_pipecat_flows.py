@@ -304,12 +304,16 @@ async def test_pipecat_tracing_on_puts_handoffs_in_the_turn(
 async def test_two_transitions_count_up(flows: Spans) -> None:
     back = lambda: node("greeting", functions=[])  # noqa: E731
     target = lambda: node("booking", functions=[edge("back", back)])  # noqa: E731
-    await pf.run_flow(
+    # each step waits for its transition and the new node's answer before the next one speaks
+    booked = lambda fm: fm.current_node == "booking" and len(fm._llm.replies) == 2  # noqa: E731
+    back_again = lambda fm: fm.current_node == "greeting" and not fm._llm.replies  # noqa: E731
+    run = await pf.run_flow(
         greeting(target),
         ["Hello", CALL, "Booked.", [("back", {})], "Hello again."],
-        [pf.user_says("book"), pf.user_says("go back")],
-        until=lambda fm: fm.current_node == "greeting" and fm._pending_transition is None,
+        [pf.user_says("book", until=booked), pf.user_says("go back", until=back_again)],
+        until=back_again,
     )
+    assert run.nodes == ["greeting", "booking", "greeting"]
     found = handoffs(flows)
     assert [(s.attributes[sc.FROM_AGENT_NAME], s.attributes[sc.SEQUENCE]) for s in found] == [
         ("greeting", 1),
