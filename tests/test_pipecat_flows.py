@@ -301,6 +301,73 @@ async def test_pipecat_tracing_on_puts_handoffs_in_the_turn(
     assert handoff.context.trace_id == conversation.context.trace_id
 
 
+async def test_first_speech_after_pipecat_ended_the_turn(
+    flows: Spans, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bot spoke in the transition's turn (a tts_say), the new node waits for the user, and
+    the user speaks before the bot's first words there: Pipecat ends that turn, so first_speech,
+    which ends in the next, goes under the conversation, linked to the turn and the handoff, not
+    past its parent's end (Pipecat hands its services only the turn's span context, which never
+    says it ended; on CPython 3.12 an EndFrame overtaking the upstream speech frame did the same)."""
+    from opentelemetry import trace
+    from pipecat.frames.frames import (
+        BotStartedSpeakingFrame,
+        LLMMessagesAppendFrame,
+        UserStartedSpeakingFrame,
+        UserStoppedSpeakingFrame,
+    )
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # Pipecat traces through the global one
+    heard, said = [0], asyncio.Event()  # the bot's speech reaching the worker's source
+    third_turn = asyncio.Event()
+
+    def on_worker(worker: Any) -> None:
+        worker.set_reached_upstream_filter((BotStartedSpeakingFrame,))  # the app's own (ours rides it)
+
+        @worker.event_handler("on_frame_reached_upstream")
+        async def on_upstream(_: Any, frame: Any) -> None:
+            heard[0] += 1
+            if heard[0] == 2:  # the greeting, then the tts_say
+                said.set()
+
+        @worker.turn_tracking_observer.event_handler("on_turn_started")
+        async def on_turn(_: Any, number: int) -> None:
+            if number == 3:  # after Pipecat's own handler ended turn 2 (handlers run in order)
+                third_turn.set()
+
+    async def said_it(action: dict[str, Any], flow_manager: FlowManager) -> None:
+        await said.wait()  # the tts_say's speech is not the new node's first
+
+    async def speaks_again(flow_manager: FlowManager, worker: Any) -> None:
+        await worker.queue_frames([UserStartedSpeakingFrame(), UserStoppedSpeakingFrame()])
+        await asyncio.wait_for(third_turn.wait(), pf.RUN_TIMEOUT)
+        answer = LLMMessagesAppendFrame(messages=[{"role": "user", "content": "yes"}], run_llm=True)
+        await worker.queue_frames([answer])  # the model answers only now, in turn 3
+
+    target = lambda: booking(  # noqa: E731
+        respond_immediately=False,
+        pre_actions=[{"type": "tts_say", "text": SAY_TEXT}, {"type": "said_it", "handler": said_it}],
+    )
+    await pf.run_flow(
+        greeting(target),
+        ["Hello", CALL, "Booked."],
+        [pf.user_says("book", until=lambda fm: fm.current_node == "booking"), speaks_again],
+        until=lambda fm: not fm._llm.replies,
+        enable_tracing=True,
+        on_worker=on_worker,
+    )
+    (handoff,) = handoffs(flows)
+    turn = flows.by_id(handoff.parent.span_id)
+    assert turn is not None and turn.name == "turn" and turn.attributes["turn.number"] == 2
+    assert handoff.end_time <= turn.end_time
+    (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
+    assert speech.end_time > turn.end_time  # the bot spoke in turn 3
+    conversation = flows.by_id(speech.parent.span_id)
+    assert conversation is not None and conversation.name == "conversation"
+    assert speech.end_time <= conversation.end_time
+    assert {link.context.span_id for link in speech.links} == {handoff.context.span_id, turn.context.span_id}
+
+
 async def test_two_transitions_count_up(flows: Spans) -> None:
     back = lambda: node("greeting", functions=[])  # noqa: E731
     target = lambda: node("booking", functions=[edge("back", back)])  # noqa: E731
