@@ -301,14 +301,16 @@ async def test_pipecat_tracing_on_puts_handoffs_in_the_turn(
     assert handoff.context.trace_id == conversation.context.trace_id
 
 
-async def test_first_speech_after_pipecat_ended_the_turn(
-    flows: Spans, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("during", [False, True], ids=["after_the_transition", "during_it"])
+async def test_what_outlives_pipecats_turn_goes_under_the_conversation(
+    flows: Spans, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch, during: bool
 ) -> None:
-    """The bot spoke in the transition's turn (a tts_say), the new node waits for the user, and
-    the user speaks before the bot's first words there: Pipecat ends that turn, so first_speech,
-    which ends in the next, goes under the conversation, linked to the turn and the handoff, not
-    past its parent's end (Pipecat hands its services only the turn's span context, which never
-    says it ended; on CPython 3.12 an EndFrame overtaking the upstream speech frame did the same)."""
+    """The bot spoke in the transition's turn (a tts_say pre-action), the new node waits for the
+    user, and the user speaks again, after the transition or during it (in a later pre-action):
+    Pipecat ends that turn then. What ends after it (first_speech; the handoff too, if during)
+    goes under the conversation, linked to the turn, not past its parent's end: Pipecat hands its
+    services only the turn's span context, which never says it ended (on CPython 3.12 an EndFrame
+    overtaking the bot's speech frame ended the turn first in test_pipecat_tracing_on_...)."""
     from opentelemetry import trace
     from pipecat.frames.frames import (
         BotStartedSpeakingFrame,
@@ -318,16 +320,17 @@ async def test_first_speech_after_pipecat_ended_the_turn(
     )
 
     monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # Pipecat traces through the global one
-    heard, said = [0], asyncio.Event()  # the bot's speech reaching the worker's source
-    third_turn = asyncio.Event()
+    heard, said, third_turn = [0], asyncio.Event(), asyncio.Event()
+    workers: list[Any] = []
 
     def on_worker(worker: Any) -> None:
+        workers.append(worker)
         worker.set_reached_upstream_filter((BotStartedSpeakingFrame,))  # the app's own (ours rides it)
 
         @worker.event_handler("on_frame_reached_upstream")
         async def on_upstream(_: Any, frame: Any) -> None:
             heard[0] += 1
-            if heard[0] == 2:  # the greeting, then the tts_say
+            if heard[0] == 2:  # the greeting's speech, then the tts_say's, reached the source
                 said.set()
 
         @worker.turn_tracking_observer.event_handler("on_turn_started")
@@ -335,12 +338,18 @@ async def test_first_speech_after_pipecat_ended_the_turn(
             if number == 3:  # after Pipecat's own handler ended turn 2 (handlers run in order)
                 third_turn.set()
 
+    async def speaks_again() -> None:
+        await workers[0].queue_frames([UserStartedSpeakingFrame(), UserStoppedSpeakingFrame()])
+        await asyncio.wait_for(third_turn.wait(), pf.RUN_TIMEOUT)
+
     async def said_it(action: dict[str, Any], flow_manager: FlowManager) -> None:
         await said.wait()  # the tts_say's speech is not the new node's first
+        if during:
+            await speaks_again()
 
-    async def speaks_again(flow_manager: FlowManager, worker: Any) -> None:
-        await worker.queue_frames([UserStartedSpeakingFrame(), UserStoppedSpeakingFrame()])
-        await asyncio.wait_for(third_turn.wait(), pf.RUN_TIMEOUT)
+    async def answered(flow_manager: FlowManager, worker: Any) -> None:
+        if not during:
+            await speaks_again()
         answer = LLMMessagesAppendFrame(messages=[{"role": "user", "content": "yes"}], run_llm=True)
         await worker.queue_frames([answer])  # the model answers only now, in turn 3
 
@@ -351,21 +360,26 @@ async def test_first_speech_after_pipecat_ended_the_turn(
     await pf.run_flow(
         greeting(target),
         ["Hello", CALL, "Booked."],
-        [pf.user_says("book", until=lambda fm: fm.current_node == "booking"), speaks_again],
+        [pf.user_says("book", until=lambda fm: fm.current_node == "booking"), answered],
         until=lambda fm: not fm._llm.replies,
         enable_tracing=True,
         on_worker=on_worker,
     )
     (handoff,) = handoffs(flows)
-    turn = flows.by_id(handoff.parent.span_id)
-    assert turn is not None and turn.name == "turn" and turn.attributes["turn.number"] == 2
-    assert handoff.end_time <= turn.end_time
+    (turn,) = [t for t in flows.named("turn") if t.attributes["turn.number"] == 2]
+    (conversation,) = flows.named("conversation")
     (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
-    assert speech.end_time > turn.end_time  # the bot spoke in turn 3
-    conversation = flows.by_id(speech.parent.span_id)
-    assert conversation is not None and conversation.name == "conversation"
-    assert speech.end_time <= conversation.end_time
-    assert {link.context.span_id for link in speech.links} == {handoff.context.span_id, turn.context.span_id}
+    assert handoff.context.trace_id == turn.context.trace_id == speech.context.trace_id
+    assert handoff.start_time >= turn.start_time and speech.end_time > turn.end_time  # spoke in turn 3
+    if during:
+        assert handoff.end_time > turn.end_time
+        assert handoff.parent.span_id == conversation.context.span_id
+        assert turn.context.span_id in {link.context.span_id for link in handoff.links}
+    else:
+        assert handoff.end_time <= turn.end_time and handoff.parent.span_id == turn.context.span_id
+        assert turn.context.span_id in {link.context.span_id for link in speech.links}
+    assert speech.parent.span_id == conversation.context.span_id
+    assert handoff.context.span_id in {link.context.span_id for link in speech.links}
 
 
 async def test_two_transitions_count_up(flows: Spans) -> None:
