@@ -301,15 +301,100 @@ async def test_pipecat_tracing_on_puts_handoffs_in_the_turn(
     assert handoff.context.trace_id == conversation.context.trace_id
 
 
+@pytest.mark.parametrize("during", [False, True], ids=["after_the_transition", "during_it"])
+async def test_what_outlives_pipecats_turn_goes_under_the_conversation(
+    flows: Spans, provider: TracerProvider, monkeypatch: pytest.MonkeyPatch, during: bool
+) -> None:
+    """The bot spoke in the transition's turn (a tts_say pre-action), the new node waits for the
+    user, and the user speaks again, after the transition or during it (in a later pre-action):
+    Pipecat ends that turn then. What ends after it (first_speech; the handoff too, if during)
+    goes under the conversation, linked to the turn, not past its parent's end: Pipecat hands its
+    services only the turn's span context, which never says it ended (on CPython 3.12 an EndFrame
+    overtaking the bot's speech frame ended the turn first in test_pipecat_tracing_on_...)."""
+    from opentelemetry import trace
+    from pipecat.frames.frames import (
+        BotStartedSpeakingFrame,
+        LLMMessagesAppendFrame,
+        UserStartedSpeakingFrame,
+        UserStoppedSpeakingFrame,
+    )
+
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", provider)  # Pipecat traces through the global one
+    heard, said, third_turn = [0], asyncio.Event(), asyncio.Event()
+    workers: list[Any] = []
+
+    def on_worker(worker: Any) -> None:
+        workers.append(worker)
+        worker.set_reached_upstream_filter((BotStartedSpeakingFrame,))  # the app's own (ours rides it)
+
+        @worker.event_handler("on_frame_reached_upstream")
+        async def on_upstream(_: Any, frame: Any) -> None:
+            heard[0] += 1
+            if heard[0] == 2:  # the greeting's speech, then the tts_say's, reached the source
+                said.set()
+
+        @worker.turn_tracking_observer.event_handler("on_turn_started")
+        async def on_turn(_: Any, number: int) -> None:
+            if number == 3:  # after Pipecat's own handler ended turn 2 (handlers run in order)
+                third_turn.set()
+
+    async def speaks_again() -> None:
+        await workers[0].queue_frames([UserStartedSpeakingFrame(), UserStoppedSpeakingFrame()])
+        await asyncio.wait_for(third_turn.wait(), pf.RUN_TIMEOUT)
+
+    async def said_it(action: dict[str, Any], flow_manager: FlowManager) -> None:
+        await said.wait()  # the tts_say's speech is not the new node's first
+        if during:
+            await speaks_again()
+
+    async def answered(flow_manager: FlowManager, worker: Any) -> None:
+        if not during:
+            await speaks_again()
+        answer = LLMMessagesAppendFrame(messages=[{"role": "user", "content": "yes"}], run_llm=True)
+        await worker.queue_frames([answer])  # the model answers only now, in turn 3
+
+    target = lambda: booking(  # noqa: E731
+        respond_immediately=False,
+        pre_actions=[{"type": "tts_say", "text": SAY_TEXT}, {"type": "said_it", "handler": said_it}],
+    )
+    await pf.run_flow(
+        greeting(target),
+        ["Hello", CALL, "Booked."],
+        [pf.user_says("book", until=lambda fm: fm.current_node == "booking"), answered],
+        until=lambda fm: not fm._llm.replies,
+        enable_tracing=True,
+        on_worker=on_worker,
+    )
+    (handoff,) = handoffs(flows)
+    (turn,) = [t for t in flows.named("turn") if t.attributes["turn.number"] == 2]
+    (conversation,) = flows.named("conversation")
+    (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
+    assert handoff.context.trace_id == turn.context.trace_id == speech.context.trace_id
+    assert handoff.start_time >= turn.start_time and speech.end_time > turn.end_time  # spoke in turn 3
+    if during:
+        assert handoff.end_time > turn.end_time
+        assert handoff.parent.span_id == conversation.context.span_id
+        assert turn.context.span_id in {link.context.span_id for link in handoff.links}
+    else:
+        assert handoff.end_time <= turn.end_time and handoff.parent.span_id == turn.context.span_id
+        assert turn.context.span_id in {link.context.span_id for link in speech.links}
+    assert speech.parent.span_id == conversation.context.span_id
+    assert handoff.context.span_id in {link.context.span_id for link in speech.links}
+
+
 async def test_two_transitions_count_up(flows: Spans) -> None:
     back = lambda: node("greeting", functions=[])  # noqa: E731
     target = lambda: node("booking", functions=[edge("back", back)])  # noqa: E731
-    await pf.run_flow(
+    # each step waits for its transition and the new node's answer before the next one speaks
+    booked = lambda fm: fm.current_node == "booking" and len(fm._llm.replies) == 2  # noqa: E731
+    back_again = lambda fm: fm.current_node == "greeting" and not fm._llm.replies  # noqa: E731
+    run = await pf.run_flow(
         greeting(target),
         ["Hello", CALL, "Booked.", [("back", {})], "Hello again."],
-        [pf.user_says("book"), pf.user_says("go back")],
-        until=lambda fm: fm.current_node == "greeting" and fm._pending_transition is None,
+        [pf.user_says("book", until=booked), pf.user_says("go back", until=back_again)],
+        until=back_again,
     )
+    assert run.nodes == ["greeting", "booking", "greeting"]
     found = handoffs(flows)
     assert [(s.attributes[sc.FROM_AGENT_NAME], s.attributes[sc.SEQUENCE]) for s in found] == [
         ("greeting", 1),

@@ -61,12 +61,30 @@ def _parent(flow_manager: Any, trigger: str) -> otel_context.Context | None:
     tracing = getattr(getattr(flow_manager, "_llm", None), "_tracing_context", None)
     turn = tracing.get_turn_context() if tracing is not None else None
     if turn is not None and trace.get_current_span(turn).get_span_context().is_valid:
-        return turn
+        return _with_turn_span(flow_manager, turn)
     if trigger == sc.TRIGGER_API:
         current = otel_context.get_current()
         if trace.get_current_span(current).get_span_context().is_valid:
             return current
     return None  # one root per conversation
+
+
+def _with_turn_span(flow_manager: Any, turn: otel_context.Context) -> otel_context.Context:
+    """The turn with Pipecat's own span in it, where its turn trace observer still holds it.
+
+    Pipecat hands its services the turn as a span context (a ``NonRecordingSpan``), which never
+    says that the turn ended; the turn ends when the user speaks again or the pipeline ends, which
+    can come before the new node's first speech (or the transition's end). With the span itself,
+    the emitter sees that and puts what outlives the turn under the conversation, linked to the
+    turn, as for any parent that ended first: no span of ours ends after its parent."""
+    observer = getattr(getattr(flow_manager, "_worker", None), "turn_trace_observer", None)
+    span = getattr(observer, "_current_span", None)
+    if not isinstance(span, trace.Span):
+        return turn
+    found, wanted = span.get_span_context(), trace.get_current_span(turn).get_span_context()
+    if (found.trace_id, found.span_id) != (wanted.trace_id, wanted.span_id):
+        return turn
+    return trace.set_span_in_context(span, turn)
 
 
 # --- the flow manager's life ------------------------------------------------------------------

@@ -233,7 +233,14 @@ class FlowRun:
 Step = Callable[[FlowManager, PipelineWorker], Awaitable[None]]
 
 
-def user_says(text: str) -> Step:
+def user_says(text: str, *, until: Callable[[FlowManager], bool] | None = None) -> Step:
+    """The user's turn. ``until``: what the step waits for before the next one may speak (the
+    model's answers, a transition). The settling after a step sees only frames and function calls,
+    not an answer still on its way, so a step whose answer starts a transition names its end here:
+    without it, how far Pipecat got before the next step is down to the loop's scheduling (on
+    CPython 3.12, whose ``asyncio.wait_for`` runs in the caller's task, the next step's words
+    reached the model before its first answer)."""
+
     async def step(flow_manager: FlowManager, worker: PipelineWorker) -> None:
         await worker.queue_frames(
             [
@@ -242,6 +249,8 @@ def user_says(text: str) -> Step:
                 LLMMessagesAppendFrame(messages=[{"role": "user", "content": text}], run_llm=True),
             ]
         )
+        if until is not None:
+            await _PROGRESS.get().until(lambda: until(flow_manager), "the flow never settled after the step")
 
     return step
 
