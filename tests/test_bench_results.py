@@ -1,4 +1,5 @@
-"""The bench results kept in the repository meet issue 29's goals, and docs/overhead.md quotes them.
+"""The bench results kept in the repository meet issue 29's goals, and docs/overhead.md quotes them
+(docs/export.md, the conversation-end flush's).
 
 The benches are not part of the suite (minutes each, one in its own environment); what they last
 wrote is. A change that breaks a goal and commits its results fails here, and so does a page that
@@ -17,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 OVERHEAD_PAGE = (ROOT / "docs" / "overhead.md").read_text()
+EXPORT_PAGE = (ROOT / "docs" / "export.md").read_text()
 EVERY_FRAMEWORK = {
     "livekit",
     "ag2",
@@ -31,6 +33,7 @@ EVERY_FRAMEWORK = {
 
 sys.path.insert(0, str(ROOT / "bench"))  # the benches import their siblings by name
 import between_handoffs  # noqa: E402
+import conversation_flush  # noqa: E402
 import frameworks_overhead  # noqa: E402
 import handoff_overhead  # noqa: E402
 import memory_per_handoff  # noqa: E402
@@ -96,3 +99,17 @@ def test_a_long_run_of_livekit_handoffs_keeps_nothing_and_the_readme_quotes_it()
     assert traced["handoffs"] >= 9_000, "a long run"
     readme = (ROOT / "bench" / "README.md").read_text()
     assert (RESULTS / "memory.md").read_text().split("\n", 2)[2].strip() in readme
+
+
+def test_the_conversation_flush_bench_ran_every_mode_at_every_rate_in_full_and_lost_nothing() -> None:
+    rows = _rows("conversation_flush")
+    runs = {(row["rate"], row["mode"]) for row in rows}
+    assert runs == {(rate, mode) for rate in conversation_flush.RATES for mode in conversation_flush.MODES}
+    assert {row["seconds"] for row in rows} == {conversation_flush.FULL_SECONDS}
+    assert [row for row in rows if not row["delivered"] or row["errors"]] == []
+    assert {row["effective"] for row in rows if row["mode"] == "auto"} == {"coalesced"}  # a server process
+
+
+@pytest.mark.parametrize("row", _rows("conversation_flush"), ids=lambda r: f"{r['rate']:g}/s {r['mode']}")
+def test_the_export_page_quotes_each_conversation_flush_run(row: dict[str, Any]) -> None:
+    assert conversation_flush.row_cells(row) in EXPORT_PAGE
