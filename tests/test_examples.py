@@ -29,6 +29,7 @@ EXAMPLES = {  # framework -> its example
     "google-adk": "google_adk_transfer.py",
     "ag2": "ag2_workflow.py",  # AG2's own stand-in models: nothing of ours
     "livekit": "livekit_session.py",
+    "pipecat": "pipecat_flow.py",  # its LLM, TTS and output stage: offline stand-ins
 }
 BLOCK = re.compile(r"<!-- output of example: examples/(\S+) -->\n```text\n(.*?)```", flags=re.S)
 RUN = (
@@ -51,7 +52,8 @@ def test_every_example_is_on_its_page_with_the_commands_to_run_it() -> None:
 
 
 def module_of(key: str) -> str:
-    return key.replace("-", "_")
+    """The offline module holding ``key``'s stand-ins."""
+    return {"pipecat": "pipecat_flows"}.get(key, key.replace("-", "_"))
 
 
 @pytest.mark.parametrize("key", list(EXAMPLES))
