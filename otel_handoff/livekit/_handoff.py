@@ -250,7 +250,8 @@ class LiveKitHandoff:
         # the activity lock is about the first thing each phase takes: the work follows its wait
         # (what ran before the wait, a few µs, goes unattributed rather than overlap it)
         begin = max(start_ns + waited, self.lock_end_ns) if waited else start_ns
-        self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, kept_error(error)))
+        failure = None if error is None else kept_error(error)
+        self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, failure))
         if error is None and phase in (sc.START, sc.RESUME):
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
