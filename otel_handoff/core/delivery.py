@@ -439,15 +439,15 @@ def _run_exits() -> None:
         if not others:
             return  # each exit step said what its own provider lost
         remaining = max(0.0, deadline - time.monotonic())
-        flushed = _flush_all(others, remaining) if not queued else flush_pending(remaining)
-        failed = {id(p) for p in others} & _flusher.unflushed.keys()
-        unflushed = sorted({_flusher.unflushed[key] for key in failed}) or (
-            [] if flushed else ["a tracer provider"]
-        )
+        if queued:  # a flush that fails is its exporter's to report (ours says it in its one line)
+            flush_pending(remaining)
+            return
+        # no thread of ours at all: flushed here, and said when that did not succeed
+        unflushed = [] if _flush_all(others, remaining) else sorted({type(p).__name__ for p in others})
         if unflushed:
             _LOG.warning(
-                "otel-handoff: spans still queued in %s may not have been delivered: its flush did not "
-                "finish within %g s at the process's end; check that its exporter's receiver answers.",
+                "otel-handoff: spans still queued in %s may not have been delivered: its flush at the "
+                "process's end did not succeed within %g s; check that its exporter's receiver answers.",
                 ", ".join(unflushed),
                 EXIT_TIMEOUT_SECONDS,
             )
