@@ -139,7 +139,6 @@ class _Flusher(_Daemon):
         self._progress = threading.Condition()
         self._urgent = threading.Event()
         self._last_start = -COALESCE_SECONDS
-        self.unflushed: dict[int, str] = {}  # id(provider) -> its type, where its last flush failed
 
     @property
     def asked(self) -> int:
@@ -171,11 +170,8 @@ class _Flusher(_Daemon):
             while not self._queue.empty():
                 batch.append(self._queue.get())
             self._last_start = time.monotonic()
-            for key, provider in {id(p): p for p in map(_as_provider, batch)}.items():
-                if _flushed(provider):
-                    self.unflushed.pop(key, None)
-                else:
-                    self.unflushed[key] = type(provider).__name__
+            for provider in {id(p): p for p in map(_as_provider, batch)}.values():
+                _flushed(provider)  # one that fails is its exporter's to report
             with self._progress:
                 self._done += len(batch)
                 self._progress.notify_all()
@@ -392,7 +388,7 @@ def _flush_all(providers: list[Any], timeout: float) -> bool:
     interpreter's end), here, each bounded by its own flush timeout."""
     deadline = time.monotonic() + timeout
     if all(_flusher.ask(provider, urgent=True) for provider in providers):
-        return flush_pending(timeout) and not _flusher.unflushed
+        return flush_pending(timeout)
     flushed = True
     for provider in providers:
         flushed = _flushed(provider, max(0.0, deadline - time.monotonic())) and flushed
