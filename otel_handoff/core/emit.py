@@ -103,19 +103,26 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent_span, attributes)
     end_ns = max(record.end_ns, record.start_ns)
-    links = record.links
-    ended = getattr(parent_span, "end_time", None)
-    if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
-        parent, links = _still_open(parent, parent_span, links)
-    span = telemetry.tracer.start_span(
-        sc.SPAN_HANDOFF,
-        context=parent,
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        links=links,
-        start_time=record.start_ns,
-    )
-    inside = trace.set_span_in_context(span, parent)
+    opened = record.opened
+    if opened is None:
+        links = record.links
+        ended = getattr(parent_span, "end_time", None)
+        if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
+            parent, links = _still_open(parent, parent_span, links)
+        span = telemetry.tracer.start_span(
+            sc.SPAN_HANDOFF,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+            start_time=record.start_ns,
+        )
+        inside = trace.set_span_in_context(span, parent)
+    else:  # started when the handoff began (core.crossing): finished here with the record
+        span, inside = opened
+        span.set_attributes(attributes)
+        for link in record.links or ():
+            span.add_link(link.context, link.attributes)
     recording = span.is_recording()
     try:
         if recording:  # sampled out (or a NoOp provider): so are its children
