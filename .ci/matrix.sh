@@ -6,6 +6,9 @@
 # only, so the release after the ones we pinned is tested the day it ships.
 # Cells run two at a time (MATRIX_JOBS=N for N); each cell's output is printed whole when it ends,
 # then a summary table in cell order; exits non-zero naming every cell that failed.
+# MATRIX_BESIDE_SUITE=1 (what .ci/run sets, after the main suite): a cell whose release and Python
+# minor the main suite's environment for that framework already ran (.venv-test, or
+# .venv-google-adk / .venv-strands) is not run again; "newest" is what `pip index versions` names.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +54,24 @@ ROOT="${MATRIX_DIR:-.matrix}"
 JOBS="${MATRIX_JOBS:-2}"
 mkdir -p "$ROOT"
 
+ran_in_suite() { # dist version(or "newest") pyver -> prints the release when the suite's env ran it
+  local dist="$1" version="$2" pyver="$3" suite=.venv-test have
+  case "$dist" in google-adk) suite=.venv-google-adk ;; strands-agents) suite=.venv-strands ;; esac
+  [[ -x "$suite/bin/python" ]] || return 1
+  [[ "$("$suite/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == "$pyver" ]] || return 1
+  have="$("$suite/bin/python" -c "import importlib.metadata as m; print(m.version('$dist'))" 2>/dev/null)" || return 1
+  if [[ "$version" == "newest" ]]; then
+    # the newest release this Python can install, as pip would pick it (no pre-releases)
+    version="$("$suite/bin/python" -m pip index versions --disable-pip-version-check "$dist" 2>/dev/null \
+      | sed -n '1s/^[^(]*(\(.*\))$/\1/p')"
+    [[ -n "$version" ]] || return 1
+    [[ "$have" == "$version" ]] && { echo "$have (newest)"; return 0; }
+    return 1
+  fi
+  [[ "$have" == "$version" ]] && { echo "$have"; return 0; }
+  return 1
+}
+
 run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output on stdout
   local spec="$1" python="$2" index="$3"
   local dist="${spec%%==*}" version="${spec#*==}" tests extra pyver env start installed out rc line
@@ -92,6 +113,11 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     return
   fi
   pyver="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  if [[ -n "${MATRIX_BESIDE_SUITE:-}" ]] && line="$(ran_in_suite "$dist" "$version" "$pyver")"; then
+    row "| $dist $line | $pyver | the main suite's run (same release, same Python) |"
+    echo "=== $spec on Python $pyver: $dist $line, as the main suite ran it; not run again"
+    return
+  fi
   env="$ROOT/$dist-$version-py$pyver"
   echo "=== $spec on Python $pyver ($env)"
   start=$SECONDS
