@@ -77,6 +77,24 @@ def test_a_reuse_check_we_cannot_mirror_is_refused(
     assert _features.missing(dataclasses.replace(FEATURES, realtime_reuse_history="agent")) == []
 
 
+def test_a_session_that_hands_off_outside_python_is_refused() -> None:
+    """2.0's compiled core has a session of its own; one whose `update_agent` went there, past
+    `_update_activity`, would leave every wrapper waiting: the check names what it misses."""
+    assert _features.python_handoff_path(vars(agent_session)[FEATURES.session_class]) == []
+
+    class CoreBacked:
+        def update_agent(self, agent: Any) -> None:
+            self._core.update_agent(agent)
+
+        async def _update_activity_task(self, old_task: Any, agent: Any) -> None:
+            await self._core.hand_off(agent)
+
+    assert _features.python_handoff_path(CoreBacked) == [
+        "CoreBacked.update_agent calling _update_activity_task",
+        "CoreBacked._update_activity_task calling _update_activity",
+    ]
+
+
 @needs_2_0
 @pytest.mark.parametrize("given", [True, False], ids=["chat_ctx", "continued"])
 async def test_update_agent_with_and_without_chat_ctx(instrumented: Spans, given: bool) -> None:

@@ -113,9 +113,24 @@ def _realtime_reuse_history(detach: Any) -> str | None:
 
 def missing(features: LiveKitFeatures) -> list[str]:
     """What this release does in a way the wrappers cannot mirror: then nothing is patched."""
+    from livekit.agents.voice import agent_session
+
+    problems = python_handoff_path(vars(agent_session)[features.session_class])
     if features.reuse and features.realtime_reuse_history is None:
-        return ["the new agent's history as _detach_reusable_resources reads it"]
-    return []
+        problems.append("the new agent's history as _detach_reusable_resources reads it")
+    return problems
+
+
+def python_handoff_path(session_cls: type) -> list[str]:
+    """Does a handoff still go `update_agent` → `_update_activity_task` → `_update_activity` in
+    Python? 2.0 ships a compiled core with a session of its own (`_core.AgentSession`, unused by
+    2.0.0b1's `LiveSession`); a session that hands off there would pass by every wrapper."""
+    calls = (("update_agent", "_update_activity_task"), ("_update_activity_task", "_update_activity"))
+    return [
+        f"{session_cls.__name__}.{caller} calling {callee}"
+        for caller, callee in calls
+        if callee not in code_names(getattr(session_cls, caller, None))
+    ]
 
 
 def _has_cancel_handoff_hook() -> bool:
