@@ -18,6 +18,8 @@ pyenv_python() { # minor version -> newest pyenv interpreter of it, if any
   ls -d "$root"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -n 1
 }
 NEWEST_LIVEKIT="1.8.9"
+# a pre-release, pinned: pip takes none unasked, so the unpinned cell below stays on the newest stable
+PRERELEASE_LIVEKIT="2.0.0b1"
 PY312="$(pyenv_python 3.12)"
 if [[ $# -gt 0 ]]; then
   CELLS=()
@@ -30,6 +32,7 @@ else
     "livekit-agents==1.6.10|$PY311" "livekit-agents==1.7.1|$PY311" "livekit-agents==$NEWEST_LIVEKIT|$PY311"
     "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.10)" "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.13)"
     "livekit-agents|$PY311"
+    "livekit-agents==$PRERELEASE_LIVEKIT|$PY311"  # pre-release: LiveKit Agents 2.0 (issue 47)
     "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
     "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"

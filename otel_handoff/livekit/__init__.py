@@ -14,6 +14,7 @@ wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_ente
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 from typing import Any
 
@@ -114,6 +115,12 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
     release = "livekit-agents"
     untraced = "handoffs are"
     _rejection_log: logging.Filter | None = None
+
+    @property
+    def newest_tested(self) -> str:
+        """A pre-release the matrix passes is tested; a 1.8.x after 1.8.9 is still newer."""
+        installed = importlib.metadata.version(self.release)
+        return installed if installed in package.PRERELEASES_TESTED else package.NEWEST_TESTED
 
     def detect(self) -> _features.LiveKitFeatures:
         return _features.detect()
