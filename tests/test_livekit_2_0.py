@@ -59,24 +59,22 @@ def test_a_tested_release_is_instrumented_without_a_word(
     assert [r.getMessage() for r in caplog.records if r.name.startswith("otel_handoff")] == []
 
 
+@pytest.mark.skipif(not FEATURES.reuse, reason="no resource reuse to mirror before livekit-agents 1.5.3")
 def test_a_reuse_check_we_cannot_mirror_is_refused(
     provider: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The reuse reasons re-read the framework's realtime check; a release that reads the new
     agent's history neither as 1.x (`agent.chat_ctx`) nor as 2.0 (`activity._chat_ctx`) does would
     make them wrong: such a release is not instrumented, with one error line."""
-    if FEATURES.reuse:
-        assert FEATURES.realtime_reuse_history == ("activity" if IS_2_0 else "agent")
+    assert FEATURES.realtime_reuse_history == ("activity" if IS_2_0 else "agent")
     monkeypatch.setattr(_features, "_realtime_reuse_history", lambda detach: None)
     caplog.set_level(logging.ERROR, logger="otel_handoff")
     instrumentor = LiveKitHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
         assert not LiveKitHandoffInstrumentor._wrapped
-        lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-        if FEATURES.reuse:
-            (line,) = lines
-            assert "_detach_reusable_resources" in line and "not traced" in line
+        (line,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+        assert "_detach_reusable_resources" in line and "not traced" in line
     finally:
         instrumentor.uninstrument()
     assert _features.missing(dataclasses.replace(FEATURES, realtime_reuse_history="agent")) == []
