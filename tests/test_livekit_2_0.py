@@ -31,6 +31,7 @@ from otel_handoff.livekit._features import detect
 FEATURES = detect()
 IS_2_0 = FEATURES.session_class == "LiveSession"
 needs_2_0 = pytest.mark.skipif(not IS_2_0, reason="update_agent(chat_ctx=) is new in livekit-agents 2.0")
+needs_text_runs = pytest.mark.skipif(not IS_2_0, reason="agent.run() is new in livekit-agents 2.0")
 needs_cancel = pytest.mark.skipif(
     not FEATURES.cancel_handoff_hook, reason="no FunctionToolsExecutedEvent.cancel_agent_handoff here"
 )
@@ -170,3 +171,18 @@ async def test_the_demos_voice_pipeline_transfers(instrumented: Spans) -> None:
     kinds = [(h.attributes[sc.TRIGGER], h.attributes[sc.OUTCOME]) for h in instrumented.handoffs()]
     assert kinds == [("task", "completed"), ("task", "completed"), ("tool", "completed")]
     assert not [s for s in instrumented.named(sc.SPAN_ON_ENTER) if s.status.status_code is StatusCode.ERROR]
+
+
+@needs_text_runs
+async def test_a_text_runs_handoff_is_not_traced_and_untouched(
+    instrumented: Spans, caplog: pytest.LogCaptureFixture
+) -> None:
+    """2.0's `agent.run()` (one text turn, no session) hands off on a stack of agents of its own:
+    not traced yet (docs/livekit.md), and nothing of ours fails or shows there."""
+    caplog.set_level(logging.WARNING, logger="otel_handoff")
+    model = ScriptedLLM(tool_calls=["transfer"])
+    result = await Triage(llm=model, next_agent=lambda: Billing(llm=model)).run("billing please")
+    assert result.output == "ok" and model.called == ["transfer"]
+    ours = [s.name for s in instrumented.all() if s.instrumentation_scope.name.startswith("otel_handoff")]
+    assert ours == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("otel_handoff")] == []
