@@ -95,7 +95,7 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
     langgraph) tests=(tests/test_langgraph.py); extra=(langgraph-swarm langgraph-supervisor openinference-instrumentation-langchain) ;;
     # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
-    google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py)
+    google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py tests/test_google_adk_remote.py)
       extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     # openinference's LlamaIndex instrumentation beside ours, on every release it takes
     llama-index-core) tests=(tests/test_llama_index.py); extra=(openinference-instrumentation-llama-index) ;;

@@ -1,0 +1,190 @@
+"""Google ADK over A2A, offline: triage here transfers to billing served by another process.
+
+The server process is what ``to_a2a()`` makes (a Starlette app: the agent card, the JSON-RPC
+route, ADK's ``A2aAgentExecutor``) under uvicorn on 127.0.0.1, on a port the OS assigned;
+billing's model is :class:`~.google_adk.ScriptedLlm`. The client is ADK's ``RemoteA2aAgent``
+as triage's sub-agent: a real A2A call (card GET, ``SendStreamingMessage`` over SSE) on
+loopback. Only the two models are scripted.
+
+    python -m otel_handoff.cli.offline.google_adk_remote [--latency S] [--die | --refuse]
+    python -m otel_handoff.cli.offline.google_adk_remote --call CARD_URL [--turns N]
+
+The first serves billing and prints ``port N`` once it listens (``--die``: the process ends in
+billing's model call; ``--refuse``: the A2A request is answered 403); the second is the
+client app, a turn per transfer, each printing who answered. Neither has tracing code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from .google_adk import ScriptedLlm, reply, transfer_call
+
+CARD_PATH = "/.well-known/agent-card.json"
+# what billing answers, turn after turn (the server's model is scripted: one reply per call)
+ANSWERS = ("Your last invoice was paid.", "Refund issued.", "Anything else?", "Done.")
+QUESTIONS = ("Was my last invoice paid?", "And can I get a refund?")
+
+
+class _DyingLlm(ScriptedLlm):
+    """Billing's model, when the server is to die mid-answer: the process ends in the call."""
+
+    async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+        os._exit(3)
+        yield  # pragma: no cover  (an async generator, as BaseLlm's)
+
+
+def billing(latency: float = 0.15, die: bool = False) -> Any:
+    from google.adk.agents import LlmAgent
+
+    model_class = _DyingLlm if die else ScriptedLlm
+    return LlmAgent(
+        name="billing",
+        description="Answers billing questions.",
+        instruction="You are billing.",
+        model=model_class(
+            model="scripted-billing", script=[reply(text) for text in ANSWERS], latency=latency
+        ),
+    )
+
+
+def _refusing(app: Any) -> Any:
+    """The app, behind a gate that answers every A2A request (a POST) 403: a server refusing."""
+
+    async def gate(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            await send({"type": "http.response.start", "status": 403, "headers": []})
+            await send({"type": "http.response.body", "body": b"forbidden"})
+            return
+        await app(scope, receive, send)
+
+    return gate
+
+
+def serve(latency: float = 0.15, die: bool = False, refuse: bool = False) -> None:
+    """Serve billing over A2A on a port the OS assigns; print it once the socket listens."""
+    warnings.filterwarnings("ignore")  # ADK's [EXPERIMENTAL] notices about its A2A parts
+    import asyncio
+
+    import uvicorn
+    from google.adk.a2a.utils.agent_to_a2a import to_a2a
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)  # connections wait in the backlog until uvicorn accepts: no start-up race
+    port = sock.getsockname()[1]
+    app = to_a2a(billing(latency, die), host="127.0.0.1", port=port)
+    print(f"port {port}", flush=True)
+    served = _refusing(app) if refuse else app
+    server = uvicorn.Server(uvicorn.Config(served, log_level="warning", lifespan="on"))
+    asyncio.run(server.serve(sockets=[sock]))
+
+
+@contextlib.contextmanager
+def remote_billing(
+    *, latency: float = 0.15, die: bool = False, refuse: bool = False, env: dict[str, str] | None = None
+) -> Iterator[str]:
+    """A billing server process for the block; yields its agent card's URL."""
+    command = [sys.executable, "-m", __name__, "--latency", str(latency)]
+    command += ["--die"] * die + ["--refuse"] * refuse
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env if env is not None else dict(os.environ),
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        if not line.startswith("port "):
+            process.kill()
+            raise RuntimeError(f"the billing server did not start: {line}{process.communicate()[1][-2000:]}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}{CARD_PATH}"
+    finally:
+        if process.poll() is None:
+            process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.communicate(timeout=30)
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@contextlib.contextmanager
+def nothing_listening() -> Iterator[str]:
+    """An agent card URL whose port is bound but not listening: a connection there is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}{CARD_PATH}"
+
+
+def remote_agents(card_url: str, *, turns: int = 1, triage_latency: float = 0.05) -> Any:
+    """triage (transfers to billing every turn) with billing, a ``RemoteA2aAgent``, as its sub-agent."""
+    warnings.filterwarnings("ignore", message=r".*EXPERIMENTAL.*")
+    from google.adk.agents import LlmAgent
+    from google.adk.agents.remote_a2a_agent import RemoteA2aAgent
+
+    remote = RemoteA2aAgent(name="billing", description="Answers billing questions.", agent_card=card_url)
+    script = [transfer_call("billing", call_id=f"call-transfer-{n}") for n in range(1, turns + 1)]
+    return LlmAgent(
+        name="triage",
+        description="Routes the customer.",
+        instruction="You are triage.",
+        model=ScriptedLlm(model="scripted-triage", script=script, latency=triage_latency),
+        sub_agents=[remote],
+    )
+
+
+async def call(card_url: str, turns: int = 1) -> list[str]:
+    """The client app: ``turns`` user turns in one session, each transferred to billing; who
+    answered each (the author of its last text)."""
+    from google.adk.runners import InMemoryRunner
+
+    from .google_adk import APP, USER, message, quiet_adk_notices
+
+    answered = []
+    with quiet_adk_notices():
+        runner = InMemoryRunner(agent=remote_agents(card_url, turns=turns), app_name=APP)
+        session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+        for turn in range(turns):
+            author = "nobody"
+            async for event in runner.run_async(
+                user_id=USER, session_id=session.id, new_message=message(QUESTIONS[turn % len(QUESTIONS)])
+            ):
+                if event.content and any(
+                    part.text and not part.thought for part in event.content.parts or ()
+                ):
+                    author = event.author
+            answered.append(author)
+        await runner.close()
+    return answered
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--latency", type=float, default=0.15, help="billing's model latency, seconds")
+    parser.add_argument("--die", action="store_true", help="end the process in billing's model call")
+    parser.add_argument("--refuse", action="store_true", help="answer every A2A request 403")
+    parser.add_argument("--call", metavar="CARD_URL", help="be the client app, calling this server")
+    parser.add_argument("--turns", type=int, default=1, help="the client's user turns")
+    options = parser.parse_args()
+    if options.call:
+        import asyncio
+
+        for author in asyncio.run(call(options.call, options.turns)):
+            print(f"answered by: {author}", flush=True)
+    else:
+        serve(options.latency, options.die, options.refuse)
+
+
+if __name__ == "__main__":
+    main()

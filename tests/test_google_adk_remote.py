@@ -1,0 +1,238 @@
+"""A Google ADK transfer to a remote agent over A2A: two processes on loopback, the real ADK and
+a2a-sdk on both sides (``to_a2a()`` under uvicorn, ``RemoteA2aAgent``), only the models scripted
+(``otel_handoff.cli.offline.google_adk_remote``).
+
+The billing server starts once per scenario (module-scoped: each start imports ADK, about 2 s);
+the calling side runs in this process on the test provider, or, for the joined trace, as an
+unmodified app with ``OTEL_HANDOFF_AUTO_INSTRUMENT=true`` beside a server likewise, each writing
+its spans to a file of its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("google.adk", reason="google-adk runs in its own environment (test_environments)")
+pytest.importorskip("a2a", reason="a2a-sdk: google-adk[a2a]")
+
+from google.adk.runners import InMemoryRunner
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.trace import StatusCode
+from support import OpenSpans, Spans
+
+from otel_handoff.cli.offline import google_adk as ga
+from otel_handoff.cli.offline import google_adk_remote as gr
+from otel_handoff.cli.span_sources import read_spans
+from otel_handoff.core import schema as sc
+from otel_handoff.google_adk import GoogleADKHandoffInstrumentor
+
+REMOTE_PHASES = [
+    sc.SPAN_DELIVERY,
+    sc.SPAN_TOOL,
+    sc.SPAN_DELIVERY,
+    sc.SPAN_SETUP,
+    sc.SPAN_CONNECT,
+    sc.SPAN_REQUEST,
+    sc.SPAN_FIRST_OUTPUT,
+]
+# what A2A carries that a span must never: the user's words, the answers, and the transcript of
+# triage's transfer that RemoteA2aAgent sends along ("For context: ...")
+CONVERSATION = (*gr.QUESTIONS, *gr.ANSWERS[:2], "For context", "transfer_to_agent` tool")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def adk_tracing_on(provider: TracerProvider) -> None:
+    trace.set_tracer_provider(provider)
+
+
+class Turn:
+    """One user turn as the app saw it: each event, and when it reached the app."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, Any]] = []
+
+    def first(self, author: str, *, content: bool) -> tuple[int, int]:
+        """When the first such event reached the app: after the event before it was received,
+        and by the time the app's loop received it."""
+        index = next(i for i, (_, e) in enumerate(self.events) if e.author == author and _says(e) == content)
+        return self.events[index - 1][0], self.events[index][0]
+
+
+def _says(event: Any) -> bool:
+    parts = event.content.parts if event.content and event.content.parts else []
+    return any(p.text and not p.thought for p in parts)
+
+
+async def converse(card_url: str, turns: int = 2) -> list[Turn]:
+    """The app: ``turns`` user turns in one session, each transferred to the remote billing."""
+    import time
+
+    runner = InMemoryRunner(agent=gr.remote_agents(card_url, turns=turns), app_name=ga.APP)
+    session = await runner.session_service.create_session(app_name=ga.APP, user_id=ga.USER)
+    seen = []
+    with ga.quiet_adk_notices():
+        for n in range(turns):
+            turn = Turn()
+            async for event in runner.run_async(
+                user_id=ga.USER, session_id=session.id, new_message=ga.message(gr.QUESTIONS[n])
+            ):
+                turn.events.append((time.time_ns(), event))
+            seen.append(turn)
+    await runner.close()
+    return seen
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with gr.remote_billing() as card_url:
+        yield card_url
+
+
+@pytest.fixture
+def traced(instrument: Any, spans: Spans) -> Spans:
+    instrument(GoogleADKHandoffInstrumentor)
+    return spans
+
+
+def seconds(span: ReadableSpan) -> float:
+    return (span.end_time - span.start_time) / 1e9
+
+
+# --- the calling side ---------------------------------------------------------------------------
+
+
+async def test_a_remote_transfer_is_one_handoff_until_the_remote_agents_first_content(
+    traced: Spans, server: str, open_spans: OpenSpans
+) -> None:
+    turns = await converse(server)
+    handoffs = traced.handoffs()
+    assert len(handoffs) == 2  # the next turn goes back to triage, which transfers again
+    for handoff, turn in zip(handoffs, turns, strict=True):
+        attributes = handoff.attributes
+        assert (attributes[sc.FROM_AGENT_NAME], attributes[sc.TO_AGENT_NAME]) == ("triage", "billing")
+        assert attributes[sc.OUTCOME] == sc.OUTCOME_COMPLETED
+        assert sc.ENDED_BY not in attributes  # not the run's end: billing's answer ended it
+        assert handoff.status.status_code is StatusCode.UNSET
+        assert attributes[sc.PROTOCOL] == sc.PROTOCOL_A2A
+        assert attributes[sc.TO_AGENT_REMOTE_URL] == server
+        children = traced.children(handoff)
+        assert [c.name for c in children] == REMOTE_PHASES
+        for earlier, later in itertools.pairwise(children):
+            assert earlier.end_time <= later.start_time, (earlier.name, later.name)
+        # phases and the unattributed rest account for the span (a rest under 1 ms is not reported)
+        uncovered = seconds(handoff) - sum(seconds(c) for c in children)
+        if sc.UNATTRIBUTED_DURATION in attributes:
+            assert attributes[sc.UNATTRIBUTED_DURATION] == pytest.approx(uncovered, abs=1e-6)
+        else:
+            assert -1e-6 < uncovered < 0.001
+        # the request ends at billing's first event (the task, a status: the stream is open);
+        # first output at its first content, not at a status event, not at the run's end
+        [request] = traced.children(handoff, sc.SPAN_REQUEST)
+        after, by = turn.first("billing", content=False)
+        assert after < request.end_time <= by
+        after, by = turn.first("billing", content=True)
+        assert after < handoff.end_time <= by
+        assert handoff.end_time < turn.events[-1][0]
+        # billing's model (150 ms) runs in the other process: within the request and first output
+        assert attributes[sc.REQUEST_DURATION] + attributes[sc.FIRST_OUTPUT_DURATION] >= 0.15
+    assert open_spans.ours() == []
+
+
+# --- one trace across both processes ---------------------------------------------------------------
+
+
+def _auto(service: str, export: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+    return base | {
+        "OTEL_HANDOFF_AUTO_INSTRUMENT": "true",
+        "OTEL_TRACES_EXPORTER": "otel_handoff_file",
+        "OTEL_HANDOFF_EXPORT_FILE": str(export),
+        "OTEL_METRICS_EXPORTER": "none",
+        "OTEL_LOGS_EXPORTER": "none",
+        "OTEL_SERVICE_NAME": service,
+    }
+
+
+def _plain() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHONPATH"))}
+
+
+def two_processes(tmp: Path, *, client: bool, server: bool) -> tuple[list[Any], list[Any], str]:
+    """An unmodified client app and billing server, each auto-instrumented or not; their spans."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    client_file, server_file = tmp / "client.jsonl", tmp / "server.jsonl"
+    server_env = _auto("billing", server_file) if server else _plain()
+    with gr.remote_billing(env=server_env) as card_url:
+        run = subprocess.run(
+            [sys.executable, "-m", gr.__name__, "--call", card_url, "--turns", "2"],
+            env=_auto("triage", client_file) if client else _plain(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "otel-handoff" not in run.stderr
+    read = lambda path: read_spans(str(path)) if path.exists() else []  # noqa: E731
+    return read(client_file), read(server_file), run.stdout
+
+
+@pytest.fixture(scope="module")
+def both_instrumented(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[Any], str]:
+    return two_processes(tmp_path_factory.mktemp("both"), client=True, server=True)
+
+
+def test_one_trace_across_both_services_with_no_code_in_either(both_instrumented: Any) -> None:
+    client, server, out = both_instrumented
+    assert out.splitlines() == ["answered by: billing"] * 2, "the app itself must still work"
+    handoffs = [s for s in client if s.name == sc.SPAN_HANDOFF]
+    assert len(handoffs) == 2
+    for handoff in handoffs:
+        ids = {s.span_id for s in server if s.trace_id == handoff.trace_id}
+        under = [s for s in server if s.trace_id == handoff.trace_id]
+        # ADK's spans of the served agent, in the caller's trace, under the handoff
+        [workflow] = [s for s in under if s.name == "invoke_workflow billing"]
+        assert workflow.parent_id == handoff.span_id
+        names = {s.name for s in under}
+        assert {"invoke_agent billing", "generate_content scripted-billing"} <= names
+        assert all(s.parent_id in ids or s.parent_id == handoff.span_id for s in under)
+        # the server's set-up, from its own clock: request received until billing's model call
+        [setup] = [s for s in under if s.name == sc.SPAN_REMOTE_SETUP]
+        assert setup.parent_id == handoff.span_id
+        assert setup.attributes[sc.REMOTE_SETUP_DURATION] == pytest.approx(
+            (setup.end_ns - setup.start_ns) / 1e9
+        )
+        [model] = [s for s in under if s.name == "generate_content scripted-billing"]
+        assert setup.end_ns <= model.start_ns
+        # one machine, one clock: inside the caller's request and first output
+        [request] = [s for s in client if s.name == sc.SPAN_REQUEST and s.parent_id == handoff.span_id]
+        assert request.start_ns <= setup.start_ns and setup.end_ns <= handoff.end_ns
+
+
+def test_instrumented_on_one_side_only_the_handoff_is_still_whole(tmp_path: Path) -> None:
+    client, server, out = two_processes(tmp_path / "client-only", client=True, server=False)
+    assert out.splitlines() == ["answered by: billing"] * 2
+    assert server == []
+    handoffs = [s for s in client if s.name == sc.SPAN_HANDOFF]
+    assert [h.attributes[sc.OUTCOME] for h in handoffs] == [sc.OUTCOME_COMPLETED] * 2
+    assert all(sc.ENDED_BY not in h.attributes for h in handoffs)
+    client, server, out = two_processes(tmp_path / "server-only", client=False, server=True)
+    assert out.splitlines() == ["answered by: billing"] * 2
+    assert client == []
+    assert any(s.name == "invoke_agent billing" for s in server)  # its own traces, as before
+
+
+def test_no_conversation_on_any_span_of_either_side(both_instrumented: Any) -> None:
+    client, server, _ = both_instrumented
+    ours = [s for s in client + server if s.name.startswith(sc.SPAN_HANDOFF)]
+    assert ours
+    for span in ours:
+        for key, value in span.attributes.items():
+            assert not any(text in str(value) for text in CONVERSATION), (span.name, key)
