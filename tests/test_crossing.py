@@ -24,6 +24,7 @@ from otel_handoff.core.record import HandoffRecord, PhaseRecord
 from otel_handoff.core.spans import HandoffTelemetry
 
 MS = 1_000_000
+US = 1_000
 T0 = 1_700_000_000_000_000_000
 
 # the receiving process: its own SDK, the carrier on stdin, one span inside `attached`
@@ -123,3 +124,52 @@ def test_an_abandoned_handoff_span_is_ended(telemetry: HandoffTelemetry, spans: 
     (handoff,) = spans.named(sc.SPAN_HANDOFF)
     assert handoff.end_time == T0 + MS
     assert not trace.get_current_span().get_span_context().is_valid
+
+
+def test_requests_a_task_sends_carry_its_open_handoff_until_its_span_ends(
+    telemetry: HandoffTelemetry,
+) -> None:
+    import contextvars
+
+    def in_a_task_of_its_own() -> None:
+        current = otel_context.get_current()
+        assert crossing.outgoing(T0) is current  # no handoff noted: the current context (a delegation)
+        opened = crossing.open_handoff(telemetry, T0)
+        holder = crossing.sending(opened)
+        assert otel_context.get_current() is current  # OpenTelemetry's context untouched
+        assert crossing.outgoing(T0 + 5 * US) is opened.context
+        assert crossing.outgoing(T0 + 7 * US) is opened.context
+        assert holder.sent_ns == T0 + 5 * US  # the first request's time
+        crossing.abandon(opened, T0 + 8 * US)
+        assert crossing.outgoing(T0 + 9 * US) is otel_context.get_current()  # ended: carried no more
+
+    contextvars.copy_context().run(in_a_task_of_its_own)
+    assert crossing.outgoing(T0) is otel_context.get_current()  # the noting stayed in that context
+
+
+def test_the_serving_side_makes_remote_setup_under_the_callers_handoff(
+    telemetry: HandoffTelemetry, spans: Spans
+) -> None:
+    opened = crossing.open_handoff(telemetry, T0)
+    carrier: dict[str, str] = {}
+    crossing.inject(carrier, opened.context)
+    crossing.serving_started(telemetry, T0)  # outside a request received with a context: nothing
+    with crossing.received(carrier, T0 + 2 * US) as context:
+        assert context is not None
+        assert trace.get_current_span().get_span_context().span_id == opened.span.get_span_context().span_id
+        crossing.serving_started(telemetry, T0 + 5 * US)
+        crossing.serving_started(telemetry, T0 + 6 * US)  # once per request
+    assert not trace.get_current_span().get_span_context().is_valid
+    (setup,) = spans.named(sc.SPAN_REMOTE_SETUP)
+    assert setup.parent.span_id == opened.span.get_span_context().span_id
+    assert (setup.start_time, setup.end_time) == (T0 + 2 * US, T0 + 5 * US)
+    assert setup.attributes[sc.REMOTE_SETUP_DURATION] == pytest.approx(3e-6)
+    crossing.abandon(opened, T0 + 9 * US)
+    # a server whose own tracing already continued the caller's trace keeps its span current
+    with (
+        trace.get_tracer("server").start_as_current_span("POST /", context=crossing.extract(carrier)) as http,
+        crossing.received(carrier, T0),
+    ):
+        assert trace.get_current_span() is http
+    with crossing.received({}, T0) as context:
+        assert context is None

@@ -28,6 +28,7 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"  # only where the framework or app knows it
 ERROR_TYPE = "error.type"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"  # a remote agent's server answered an error
 
 OPERATION_HANDOFF = "agent_handoff"
 

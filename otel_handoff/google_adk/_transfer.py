@@ -12,6 +12,7 @@ connection, the new agent's setup, opening its connection, replaying the history
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -191,10 +192,12 @@ class Run:
             transfer.remote_first_ns = arrived
         if getattr(event, "error_message", None) or getattr(event, "error_code", None):
             self.transfers.remove(transfer)
-            metadata = getattr(event, "custom_metadata", None) or {}
+            status = _http_status(event)
+            if status is not None:
+                transfer.remote_status = status
             if not transfer.sent_ns:
                 transfer.emit(arrived, error=sc.ERROR_REMOTE_UNREACHABLE)
-            elif metadata.get(_A2A_STATUS_CODE) not in (None, "None"):  # an HTTP error answered
+            elif status is not None and 400 <= status < 500:  # the server refused the request
                 transfer.emit(arrived, rejected=sc.REJECTED_REMOTE_REFUSED)
             else:
                 transfer.emit(arrived, error=sc.ERROR_REMOTE_FAILED)
@@ -264,6 +267,18 @@ class Run:
 
 # what ADK's RemoteA2aAgent puts in an error event's custom_metadata when the server answered
 _A2A_STATUS_CODE = "a2a:status_code"
+# a2a-sdk's text for an HTTP error it raised (``A2AClientError``), which ADK's error message quotes
+_A2A_HTTP_ERROR = re.compile(r"\bHTTP Error (\d{3})\b")
+
+
+def _http_status(event: Any) -> int | None:
+    """The HTTP status a remote agent's server answered with, where ADK's error event says it
+    (its metadata, or a2a-sdk's "HTTP Error NNN" it quotes); only the number is kept."""
+    found = str((getattr(event, "custom_metadata", None) or {}).get(_A2A_STATUS_CODE, ""))
+    if not found.isdigit():
+        match = _A2A_HTTP_ERROR.search(getattr(event, "error_message", None) or "")
+        found = match.group(1) if match else ""
+    return int(found) if found.isdigit() else None
 
 
 def remote_url(agent: Any) -> str | None:
@@ -348,6 +363,7 @@ class Transfer:
     remote_url: str | None = None  # a remote target: the URL it is reached by ("" unknown)
     sending: crossing.Sending | None = None  # its span, opened when the remote target started
     remote_first_ns: int = 0  # a remote target: its first event (the A2A stream opened) reached the app
+    remote_status: int | None = None  # a remote target: the HTTP status its server answered an error with
 
     @property
     def sent_ns(self) -> int:
@@ -432,6 +448,8 @@ class Transfer:
             attributes[sc.PROTOCOL] = sc.PROTOCOL_A2A
             if self.remote_url:
                 attributes[sc.TO_AGENT_REMOTE_URL] = self.remote_url
+            if self.remote_status is not None:
+                attributes[sc.HTTP_RESPONSE_STATUS_CODE] = self.remote_status
         outcome = sc.OUTCOME_COMPLETED
         if rejected is not None:
             outcome = sc.OUTCOME_REJECTED

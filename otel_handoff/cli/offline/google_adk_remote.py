@@ -35,11 +35,19 @@ QUESTIONS = ("Was my last invoice paid?", "And can I get a refund?")
 
 
 class _DyingLlm(ScriptedLlm):
-    """Billing's model, when the server is to die mid-answer: the process ends in the call."""
+    """Billing's model, when the server is to die mid-answer: it starts its answer (a partial
+    response, which the server streams on as a status update), then the process ends."""
 
     async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
+        import asyncio
+
+        from google.adk.models.llm_response import LlmResponse
+        from google.genai import types
+
+        content = types.Content(role="model", parts=[types.Part(text="Your last")])
+        yield LlmResponse(content=content, partial=True)
+        await asyncio.sleep(self.latency)  # the server streams it on meanwhile
         os._exit(3)
-        yield  # pragma: no cover  (an async generator, as BaseLlm's)
 
 
 def billing(latency: float = 0.15, die: bool = False) -> Any:
