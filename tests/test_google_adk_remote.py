@@ -72,11 +72,11 @@ def _says(event: Any) -> bool:
     return any(p.text and not p.thought for p in parts)
 
 
-async def converse(card_url: str, turns: int = 2) -> list[Turn]:
+async def converse(card_url: str, turns: int = 2, **options: Any) -> list[Turn]:
     """The app: ``turns`` user turns in one session, each transferred to the remote billing."""
     import time
 
-    runner = InMemoryRunner(agent=gr.remote_agents(card_url, turns=turns), app_name=ga.APP)
+    runner = InMemoryRunner(agent=gr.remote_agents(card_url, turns=turns, **options), app_name=ga.APP)
     session = await runner.session_service.create_session(app_name=ga.APP, user_id=ga.USER)
     seen = []
     with ga.quiet_adk_notices():
@@ -145,6 +145,46 @@ async def test_a_remote_transfer_is_one_handoff_until_the_remote_agents_first_co
         # billing's model (150 ms) runs in the other process: within the request and first output
         assert attributes[sc.REQUEST_DURATION] + attributes[sc.FIRST_OUTPUT_DURATION] >= 0.15
     assert open_spans.ours() == []
+
+
+async def test_the_request_carries_the_handoff_and_a_delegation_the_current_span(
+    traced: Spans, server: str
+) -> None:
+    """What went over the wire, seen by the app's own httpx client (a RemoteA2aAgent option)."""
+    import httpx
+    from google.adk.agents import LlmAgent
+    from google.adk.tools import AgentTool
+
+    sent: list[httpx.Headers] = []
+
+    async def note(request: httpx.Request) -> None:
+        if request.method == "POST":
+            sent.append(request.headers)
+
+    async with httpx.AsyncClient(event_hooks={"request": [note]}) as client:
+        await converse(server, turns=1, httpx_client=client)
+        [handoff] = traced.handoffs()
+        [headers] = sent
+        assert headers["traceparent"].split("-")[1:3] == [
+            f"{handoff.context.trace_id:032x}",
+            f"{handoff.context.span_id:016x}",
+        ]
+        # billing as a tool (AgentTool): a delegation, no handoff; its request carries ADK's span
+        call = ga.types.FunctionCall(id="call-tool", name="billing", args={"request": gr.QUESTIONS[0]})
+        asks = ga.LlmResponse(
+            content=ga.types.Content(role="model", parts=[ga.types.Part(function_call=call)])
+        )
+        host = LlmAgent(
+            name="host",
+            model=ga.ScriptedLlm(model="host", script=[asks, ga.reply("done")]),
+            tools=[AgentTool(agent=gr.remote_billing_agent(server, httpx_client=client))],
+        )
+        assert (await ga.run_text(host)).error is None
+    assert len(traced.handoffs()) == 1
+    delegation = sent[1]["traceparent"].split("-")
+    tool_span = next(s for s in traced.all() if s.name == "execute_tool billing")
+    assert delegation[1] == f"{tool_span.context.trace_id:032x}"
+    assert int(delegation[2], 16) in {s.context.span_id for s in traced.all()}
 
 
 # --- one trace across both processes ---------------------------------------------------------------
@@ -250,9 +290,9 @@ def refusing() -> Any:
 
 
 @pytest.fixture(scope="module")
-def dying() -> Any:
-    """A server that dies in billing's answer: started per use (it ends with the first request)."""
-    return lambda: gr.remote_billing(die=True)
+def cutting() -> Any:
+    with gr.remote_billing(cut=True) as card_url:
+        yield card_url
 
 
 def what_the_app_saw(turns: list[Turn]) -> list[tuple[Any, ...]]:
@@ -275,24 +315,32 @@ def what_the_app_saw(turns: list[Turn]) -> list[tuple[Any, ...]]:
     return seen
 
 
-@pytest.mark.parametrize("how", ["down", "refusing", "dying"])
+async def test_the_app_sees_the_same_events_with_and_without_us(
+    instrument: Any, spans: Spans, server: str
+) -> None:
+    plain = what_the_app_saw(await converse(server))
+    instrument(GoogleADKHandoffInstrumentor)
+    traced = what_the_app_saw(await converse(server))
+    assert traced == plain
+    assert [author for author, *_ in plain].count("billing") >= 4  # the scenario ran: task, status, answer
+    assert len(spans.handoffs()) == 2
+
+
+@pytest.mark.parametrize("how", ["down", "refusing", "cut"])
 async def test_a_remote_that_fails_ends_the_handoff_with_a_reason_and_the_apps_error_unchanged(
-    instrument: Any, spans: Spans, open_spans: OpenSpans, refusing: str, dying: Any, how: str
+    instrument: Any, spans: Spans, open_spans: OpenSpans, refusing: str, cutting: str, how: str
 ) -> None:
     async def attempt() -> list[Turn]:
         if how == "down":
             with gr.nothing_listening() as card_url:
                 return await converse(card_url, turns=1)
-        if how == "dying":
-            with dying() as card_url:
-                return await converse(card_url, turns=1)
-        return await converse(refusing, turns=1)
+        return await converse(refusing if how == "refusing" else cutting, turns=1)
 
     plain = await attempt()
     instrument(GoogleADKHandoffInstrumentor)
     traced = await attempt()
     # ADK reports the failure as an error event authored by billing, raising nothing: the same
-    # with us (the dying server's message names no port: it is the same text run to run)
+    # with us
     error_events = [e for _, e in traced[0].events if e.error_message]
     assert len(error_events) == 1 and error_events[0].author == "billing"
     if how == "down":  # the same bound socket's URL is not the same between the two runs
@@ -305,7 +353,7 @@ async def test_a_remote_that_fails_ends_the_handoff_with_a_reason_and_the_apps_e
     expected = {
         "down": (sc.OUTCOME_ERROR, sc.ERROR_REMOTE_UNREACHABLE, None),
         "refusing": (sc.OUTCOME_REJECTED, sc.OUTCOME_REJECTED, sc.REJECTED_REMOTE_REFUSED),
-        "dying": (sc.OUTCOME_ERROR, sc.ERROR_REMOTE_FAILED, None),
+        "cut": (sc.OUTCOME_ERROR, sc.ERROR_REMOTE_FAILED, None),
     }[how]
     assert (
         attributes[sc.OUTCOME],
@@ -320,7 +368,7 @@ async def test_a_remote_that_fails_ends_the_handoff_with_a_reason_and_the_apps_e
     phases = [c.name for c in spans.children(handoff)]
     if how == "down":  # no request ever left
         assert phases[-1] == sc.SPAN_CONNECT and sc.SPAN_REQUEST not in phases
-    elif how == "dying":  # the stream opened (the task, a status, the start of the answer), then broke
+    elif how == "cut":  # the stream opened (the task), then broke
         assert phases[-2:] == [sc.SPAN_REQUEST, sc.SPAN_FIRST_OUTPUT]
     assert open_spans.ours() == []
 

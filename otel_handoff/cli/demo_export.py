@@ -157,9 +157,10 @@ class DemoTracing:
         finally:
             instrumentor.uninstrument()
 
-    def result(self, **counts: Any) -> DemoResult:
-        """The finished spans, also written to the export file if one was asked for."""
-        spans = tuple(self.memory.get_finished_spans())
+    def result(self, served: Sequence[ReadableSpan] = (), **counts: Any) -> DemoResult:
+        """The finished spans (and ``served``: another process's, read back from its file), also
+        written to the export file if one was asked for."""
+        spans = (*self.memory.get_finished_spans(), *served)
         if self.export_path is not None:
             write_otlp_json(spans, self.export_path)
         return DemoResult(

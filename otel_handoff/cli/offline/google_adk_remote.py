@@ -6,11 +6,11 @@ billing's model is :class:`~.google_adk.ScriptedLlm`. The client is ADK's ``Remo
 as triage's sub-agent: a real A2A call (card GET, ``SendStreamingMessage`` over SSE) on
 loopback. Only the two models are scripted.
 
-    python -m otel_handoff.cli.offline.google_adk_remote [--latency S] [--die | --refuse]
+    python -m otel_handoff.cli.offline.google_adk_remote [--latency S] [--cut | --refuse]
     python -m otel_handoff.cli.offline.google_adk_remote --call CARD_URL [--turns N]
 
-The first serves billing and prints ``port N`` once it listens (``--die``: the process ends in
-billing's model call; ``--refuse``: the A2A request is answered 403); the second is the
+The first serves billing and prints ``port N`` once it listens (``--cut``: each A2A stream is
+cut after its first event; ``--refuse``: each A2A request is answered 403); the second is the
 client app, a turn per transfer, each printing who answered. Neither has tracing code.
 """
 
@@ -26,41 +26,34 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from .google_adk import ScriptedLlm, reply, transfer_call
+from .google_adk import APP, USER, RunResult, ScriptedLlm, message, quiet_adk_notices, reply, transfer_call
 
 CARD_PATH = "/.well-known/agent-card.json"
-# what billing answers, turn after turn (the server's model is scripted: one reply per call)
-ANSWERS = ("Your last invoice was paid.", "Refund issued.", "Anything else?", "Done.")
+# what the app asks, turn after turn, and what billing answers to each (anything else: the last)
 QUESTIONS = ("Was my last invoice paid?", "And can I get a refund?")
+ANSWERS = ("Your last invoice was paid.", "Refund issued.", "Anything else?")
 
 
-class _DyingLlm(ScriptedLlm):
-    """Billing's model, when the server is to die mid-answer: it starts its answer (a partial
-    response, which the server streams on as a status update), then the process ends."""
+class _AnsweringLlm(ScriptedLlm):
+    """Billing's model: the answer to the question it was sent, the same every time it is asked."""
 
     async def generate_content_async(self, llm_request: Any, stream: bool = False) -> Any:
         import asyncio
 
-        from google.adk.models.llm_response import LlmResponse
-        from google.genai import types
-
-        content = types.Content(role="model", parts=[types.Part(text="Your last")])
-        yield LlmResponse(content=content, partial=True)
-        await asyncio.sleep(self.latency)  # the server streams it on meanwhile
-        os._exit(3)
+        asked = " ".join(p.text or "" for c in llm_request.contents or () for p in c.parts or ())
+        answer = next((a for q, a in zip(QUESTIONS, ANSWERS, strict=False) if q in asked), ANSWERS[-1])
+        await asyncio.sleep(self.latency)
+        yield reply(answer)
 
 
-def billing(latency: float = 0.15, die: bool = False) -> Any:
+def billing(latency: float = 0.15) -> Any:
     from google.adk.agents import LlmAgent
 
-    model_class = _DyingLlm if die else ScriptedLlm
     return LlmAgent(
         name="billing",
         description="Answers billing questions.",
         instruction="You are billing.",
-        model=model_class(
-            model="scripted-billing", script=[reply(text) for text in ANSWERS], latency=latency
-        ),
+        model=_AnsweringLlm(model="scripted-billing", script=[], latency=latency),
     )
 
 
@@ -77,7 +70,34 @@ def _refusing(app: Any) -> Any:
     return gate
 
 
-def serve(latency: float = 0.15, die: bool = False, refuse: bool = False) -> None:
+class StreamCut(Exception):
+    """Raised into the server app to drop a connection mid-stream (uvicorn closes it)."""
+
+
+def _cutting(app: Any) -> Any:
+    """The app, whose A2A streams are cut after their first event: the connection drops in the
+    middle of the answer, as when a server goes away (the process stays up for the next request)."""
+
+    async def gate(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        events = 0
+
+        async def cut_send(message: Any) -> None:
+            nonlocal events
+            if message["type"] == "http.response.body" and message.get("body"):
+                events += 1
+                if events > 1:
+                    raise StreamCut
+            await send(message)
+
+        with contextlib.suppress(StreamCut):
+            await app(scope, receive, cut_send)
+
+    return gate
+
+
+def serve(latency: float = 0.15, cut: bool = False, refuse: bool = False) -> None:
     """Serve billing over A2A on a port the OS assigns; print it once the socket listens."""
     warnings.filterwarnings("ignore")  # ADK's [EXPERIMENTAL] notices about its A2A parts
     import asyncio
@@ -89,20 +109,20 @@ def serve(latency: float = 0.15, die: bool = False, refuse: bool = False) -> Non
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # connections wait in the backlog until uvicorn accepts: no start-up race
     port = sock.getsockname()[1]
-    app = to_a2a(billing(latency, die), host="127.0.0.1", port=port)
+    app = to_a2a(billing(latency), host="127.0.0.1", port=port)
     print(f"port {port}", flush=True)
-    served = _refusing(app) if refuse else app
+    served = _refusing(app) if refuse else _cutting(app) if cut else app
     server = uvicorn.Server(uvicorn.Config(served, log_level="warning", lifespan="on"))
     asyncio.run(server.serve(sockets=[sock]))
 
 
 @contextlib.contextmanager
 def remote_billing(
-    *, latency: float = 0.15, die: bool = False, refuse: bool = False, env: dict[str, str] | None = None
+    *, latency: float = 0.15, cut: bool = False, refuse: bool = False, env: dict[str, str] | None = None
 ) -> Iterator[str]:
     """A billing server process for the block; yields its agent card's URL."""
     command = [sys.executable, "-m", __name__, "--latency", str(latency)]
-    command += ["--die"] * die + ["--refuse"] * refuse
+    command += ["--cut"] * cut + ["--refuse"] * refuse
     process = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -135,13 +155,22 @@ def nothing_listening() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}{CARD_PATH}"
 
 
-def remote_agents(card_url: str, *, turns: int = 1, triage_latency: float = 0.05) -> Any:
-    """triage (transfers to billing every turn) with billing, a ``RemoteA2aAgent``, as its sub-agent."""
+def remote_billing_agent(card_url: str, **options: Any) -> Any:
+    """Billing as the caller sees it: ADK's ``RemoteA2aAgent`` for the served one."""
     warnings.filterwarnings("ignore", message=r".*EXPERIMENTAL.*")
-    from google.adk.agents import LlmAgent
     from google.adk.agents.remote_a2a_agent import RemoteA2aAgent
 
-    remote = RemoteA2aAgent(name="billing", description="Answers billing questions.", agent_card=card_url)
+    return RemoteA2aAgent(
+        name="billing", description="Answers billing questions.", agent_card=card_url, **options
+    )
+
+
+def remote_agents(card_url: str, *, turns: int = 1, triage_latency: float = 0.05, **options: Any) -> Any:
+    """triage (transfers to billing every turn) with billing, a ``RemoteA2aAgent``, as its sub-agent
+    (``options``: the ``RemoteA2aAgent``'s, an ``httpx_client`` say)."""
+    from google.adk.agents import LlmAgent
+
+    remote = remote_billing_agent(card_url, **options)
     script = [transfer_call("billing", call_id=f"call-transfer-{n}") for n in range(1, turns + 1)]
     return LlmAgent(
         name="triage",
@@ -152,35 +181,44 @@ def remote_agents(card_url: str, *, turns: int = 1, triage_latency: float = 0.05
     )
 
 
-async def call(card_url: str, turns: int = 1) -> list[str]:
-    """The client app: ``turns`` user turns in one session, each transferred to billing; who
-    answered each (the author of its last text)."""
+async def converse(card_url: str, turns: int = 1, session_id: str | None = None) -> list[RunResult]:
+    """The client app: ``turns`` user turns in one session, each transferred to billing."""
     from google.adk.runners import InMemoryRunner
 
-    from .google_adk import APP, USER, message, quiet_adk_notices
-
-    answered = []
+    results = []
     with quiet_adk_notices():
         runner = InMemoryRunner(agent=remote_agents(card_url, turns=turns), app_name=APP)
-        session = await runner.session_service.create_session(app_name=APP, user_id=USER)
+        session = await runner.session_service.create_session(
+            app_name=APP, user_id=USER, session_id=session_id
+        )
         for turn in range(turns):
-            author = "nobody"
-            async for event in runner.run_async(
-                user_id=USER, session_id=session.id, new_message=message(QUESTIONS[turn % len(QUESTIONS)])
-            ):
-                if event.content and any(
-                    part.text and not part.thought for part in event.content.parts or ()
+            result = RunResult(session.id)
+            try:
+                async for event in runner.run_async(
+                    user_id=USER, session_id=session.id, new_message=message(QUESTIONS[turn % len(QUESTIONS)])
                 ):
-                    author = event.author
-            answered.append(author)
+                    result.events.append(event)
+            except Exception as exc:
+                result.error = exc
+            results.append(result)
         await runner.close()
-    return answered
+    return results
+
+
+def answered_by(result: RunResult) -> str:
+    """Who answered a turn: the author of its last text that is not a thought."""
+    authors = [
+        event.author
+        for event in result.events
+        if event.content and any(part.text and not part.thought for part in event.content.parts or ())
+    ]
+    return authors[-1] if authors else "nobody"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--latency", type=float, default=0.15, help="billing's model latency, seconds")
-    parser.add_argument("--die", action="store_true", help="end the process in billing's model call")
+    parser.add_argument("--cut", action="store_true", help="cut each A2A stream after its first event")
     parser.add_argument("--refuse", action="store_true", help="answer every A2A request 403")
     parser.add_argument("--call", metavar="CARD_URL", help="be the client app, calling this server")
     parser.add_argument("--turns", type=int, default=1, help="the client's user turns")
@@ -188,10 +226,10 @@ def main() -> None:
     if options.call:
         import asyncio
 
-        for author in asyncio.run(call(options.call, options.turns)):
-            print(f"answered by: {author}", flush=True)
+        for result in asyncio.run(converse(options.call, options.turns)):
+            print(f"answered by: {answered_by(result)}", flush=True)
     else:
-        serve(options.latency, options.die, options.refuse)
+        serve(options.latency, options.cut, options.refuse)
 
 
 if __name__ == "__main__":
