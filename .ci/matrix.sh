@@ -94,9 +94,17 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
     langgraph) tests=(tests/test_langgraph.py); extra=(langgraph-swarm langgraph-supervisor openinference-instrumentation-langchain) ;;
-    # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
+    # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests; a2a-sdk
+    # for the remote transfer (RemoteA2aAgent): 1.x ADK and 2.0 take 0.3 only; the oldest ADK with the
+    # oldest a2a-sdk it works with (0.3.11: 1.39.1 passes send_message a request_metadata that 0.3.4,
+    # its declared floor, to 0.3.10 refuse), 2.0 with the newest 0.3, later releases with the newest
     google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py tests/test_google_adk_remote.py)
-      extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
+      extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)")
+      case "$version" in
+        1.39.1) extra+=("a2a-sdk[http-server]==0.3.11") ;;
+        2.0.0) extra+=("a2a-sdk[http-server]<0.4") ;;
+        *) extra+=("a2a-sdk[http-server]") ;;
+      esac ;;
     # openinference's LlamaIndex instrumentation beside ours, on every release it takes
     llama-index-core) tests=(tests/test_llama_index.py); extra=(openinference-instrumentation-llama-index) ;;
     # its own environment in the suite: opentelemetry-instrumentation-threading (newest 0.66b1) holds

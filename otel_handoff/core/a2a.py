@@ -44,6 +44,7 @@ class _State:
     token: object | None = None  # the current instrumentation's: a stale import hook does nothing
     wrapped: ClassVar[list[tuple[Any, str]]] = []  # (class, method) wrapped where a2a-sdk defines it
     executors: ClassVar[list[tuple[type, str]]] = []  # executor classes' execute, wrapped on first sight
+    service_parameters = True  # a2a-sdk 1.x's call context (headers in service_parameters), not 0.3's
 
 
 def instrument() -> None:
@@ -79,7 +80,12 @@ def uninstrument() -> None:
 
 def _wrap(module: Any) -> None:
     """Wrap what ``module`` (one of a2a-sdk's, just imported) holds of ours, once."""
-    targets = [(_CLIENT[1], _CLIENT[2], _send_message)] if module.__name__ == _CLIENT[0] else []
+    targets = []
+    if module.__name__ == _CLIENT[0]:
+        from a2a.client.client import ClientCallContext
+
+        _State.service_parameters = "service_parameters" in ClientCallContext.model_fields
+        targets.append((_CLIENT[1], _CLIENT[2], _send_message))
     targets += [(cls, "__init__", _handler_init) for name, cls in _HANDLERS if name == module.__name__]
     for class_name, method, wrapper in targets:
         owner = getattr(module, class_name, None)
@@ -110,7 +116,7 @@ def _with_headers(context: Any, carrier: dict[str, str]) -> Any:
     ``state['http_kwargs']['headers']``."""
     from a2a.client.client import ClientCallContext
 
-    if "service_parameters" in ClientCallContext.model_fields:
+    if _State.service_parameters:
         own = (context.service_parameters if context is not None else None) or {}
         update = {"service_parameters": {**carrier, **own}}
     else:

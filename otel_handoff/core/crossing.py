@@ -141,17 +141,19 @@ def open_beside_ended(
 ) -> OpenHandoff:
     """:func:`open_handoff`, except that a parent span already over (a framework's span for the
     agent that asked, ended before the handoff's target started) puts it one level up, linked to
-    that span: what the emitter does for a handoff that outlives the span it was asked in."""
+    that span: what the emitter does for a handoff that outlives the span it was asked in. Its
+    attributes are all set when the record is emitted (a span's attributes are set once)."""
     from .emit import _span_of, _still_open  # the emitter's own rule, not a second copy
 
     parent_span = _span_of(parent)
-    links: list[Any] = []
+    links = None
     if getattr(parent_span, "end_time", None) is not None:
         parent, links = _still_open(parent, parent_span, None)
-    opened = open_handoff(telemetry, start_ns, parent)
-    for link in links:
-        opened.span.add_link(link.context, link.attributes)
-    return opened
+    # its attributes, the static ones too, are set once, when the record is emitted
+    span = telemetry.tracer.start_span(
+        sc.SPAN_HANDOFF, context=parent, kind=SpanKind.INTERNAL, links=links, start_time=start_ns
+    )
+    return OpenHandoff(span, trace.set_span_in_context(span, parent))
 
 
 class Serving:

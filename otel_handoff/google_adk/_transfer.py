@@ -12,6 +12,7 @@ connection, the new agent's setup, opening its connection, replaying the history
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import weakref
 from contextvars import ContextVar
@@ -281,12 +282,19 @@ def _http_status(event: Any) -> int | None:
     return int(found) if found.isdigit() else None
 
 
+# agent class -> is it ADK's RemoteA2aAgent (or a subclass): looked up once per class
+_REMOTE_CLASSES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
 def remote_url(agent: Any) -> str | None:
     """A transfer target served elsewhere (ADK's ``RemoteA2aAgent``, not in task mode, which is
     delegation): the URL it reaches it by, scheme://host:port/path only; else None."""
-    if agent is None or not any(c.__name__ == "RemoteA2aAgent" for c in type(agent).__mro__):
-        return None
-    if getattr(agent, "mode", None) is not None:
+    remote = _REMOTE_CLASSES.get(type(agent))
+    if remote is None:
+        remote = _REMOTE_CLASSES[type(agent)] = any(
+            c.__name__ == "RemoteA2aAgent" for c in type(agent).__mro__
+        )
+    if not remote or getattr(agent, "mode", None) is not None:
         return None
     source = getattr(agent, "_agent_card_source", None)  # the card's URL, as the app gave it
     if not isinstance(source, str) or not source.startswith(("http://", "https://")):
@@ -298,6 +306,7 @@ def remote_url(agent: Any) -> str | None:
     return without_credentials(source) if source else ""
 
 
+@functools.lru_cache(maxsize=64)  # the few agent cards an app calls, each on every transfer
 def without_credentials(url: str) -> str:
     """``url`` as scheme://host[:port]/path: no userinfo, query or fragment (where secrets go)."""
     parts = urlsplit(url)
@@ -400,11 +409,12 @@ class Transfer:
     def _remote_phases(self, switched: int, end_ns: int, spoke: bool) -> list[PhaseRecord]:
         """ADK switching to the remote agent; fetching its card and connecting, until the request
         leaves; the request until its first event (the stream open); then its first content."""
+        sent = self.sent_ns
         phases = [PhaseRecord(sc.PHASE_SETUP, switched, self.agent_start_ns)]
-        phases.append(PhaseRecord(sc.PHASE_CONNECT, self.agent_start_ns, self.sent_ns))
-        if self.sent_ns:
-            first = self.remote_first_ns if self.remote_first_ns >= self.sent_ns else 0
-            phases.append(PhaseRecord(sc.PHASE_REQUEST, self.sent_ns, first))
+        phases.append(PhaseRecord(sc.PHASE_CONNECT, self.agent_start_ns, sent))
+        if sent:
+            first = self.remote_first_ns if self.remote_first_ns >= sent else 0
+            phases.append(PhaseRecord(sc.PHASE_REQUEST, sent, first))
             if first:
                 phases.append(PhaseRecord(sc.PHASE_FIRST_OUTPUT, first, end_ns if spoke else 0))
         return phases
