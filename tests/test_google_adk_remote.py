@@ -60,10 +60,12 @@ class Turn:
     def __init__(self) -> None:
         self.events: list[tuple[int, Any]] = []
 
-    def first(self, author: str, *, content: bool) -> tuple[int, int]:
-        """When the first such event reached the app: after the event before it was received,
-        and by the time the app's loop received it."""
-        index = next(i for i, (_, e) in enumerate(self.events) if e.author == author and _says(e) == content)
+    def first(self, author: str, *, content: bool | None = None) -> tuple[int, int]:
+        """When ``author``'s first event (with content or without, or either) reached the app: after
+        the event before it was received, and by the time the app's loop received it."""
+        index = next(
+            i for i, (_, e) in enumerate(self.events) if e.author == author and content in (None, _says(e))
+        )
         return self.events[index - 1][0], self.events[index][0]
 
 
@@ -134,10 +136,11 @@ async def test_a_remote_transfer_is_one_handoff_until_the_remote_agents_first_co
             assert attributes[sc.UNATTRIBUTED_DURATION] == pytest.approx(uncovered, abs=1e-6)
         else:
             assert -1e-6 < uncovered < 0.001
-        # the request ends at billing's first event (the task, a status: the stream is open);
-        # first output at its first content, not at a status event, not at the run's end
+        # the request ends at billing's first event (2.x: the task, a status; the stream is open;
+        # 1.x with a2a-sdk 0.3: the answer itself); first output at its first content, not at a
+        # status event, not at the run's end
         [request] = traced.children(handoff, sc.SPAN_REQUEST)
-        after, by = turn.first("billing", content=False)
+        after, by = turn.first("billing")
         assert after < request.end_time <= by
         after, by = turn.first("billing", content=True)
         assert after < handoff.end_time <= by
@@ -240,9 +243,10 @@ def test_one_trace_across_both_services_with_no_code_in_either(both_instrumented
     for handoff in handoffs:
         ids = {s.span_id for s in server if s.trace_id == handoff.trace_id}
         under = [s for s in server if s.trace_id == handoff.trace_id]
-        # ADK's spans of the served agent, in the caller's trace, under the handoff
-        [workflow] = [s for s in under if s.name == "invoke_workflow billing"]
-        assert workflow.parent_id == handoff.span_id
+        # ADK's spans of the served agent, in the caller's trace, under the handoff (its top one:
+        # 2.x's invoke_workflow, 1.x's invocation)
+        [top] = [s for s in under if s.name in ("invoke_workflow billing", "invocation")]
+        assert top.parent_id == handoff.span_id
         names = {s.name for s in under}
         assert {"invoke_agent billing", "generate_content scripted-billing"} <= names
         assert all(s.parent_id in ids or s.parent_id == handoff.span_id for s in under)
@@ -322,7 +326,7 @@ async def test_the_app_sees_the_same_events_with_and_without_us(
     instrument(GoogleADKHandoffInstrumentor)
     traced = what_the_app_saw(await converse(server))
     assert traced == plain
-    assert [author for author, *_ in plain].count("billing") >= 4  # the scenario ran: task, status, answer
+    assert [author for author, *_ in plain].count("billing") >= 2  # the scenario ran: billing answered
     assert len(spans.handoffs()) == 2
 
 
@@ -368,18 +372,18 @@ async def test_a_remote_that_fails_ends_the_handoff_with_a_reason_and_the_apps_e
     phases = [c.name for c in spans.children(handoff)]
     if how == "down":  # no request ever left
         assert phases[-1] == sc.SPAN_CONNECT and sc.SPAN_REQUEST not in phases
-    elif how == "cut":  # the stream opened (the task), then broke
-        assert phases[-2:] == [sc.SPAN_REQUEST, sc.SPAN_FIRST_OUTPUT]
+    elif how == "cut":  # the request left, its answer broke off
+        assert sc.SPAN_REQUEST in phases
     assert open_spans.ours() == []
 
 
 async def test_uninstrument_takes_every_wrapper_off_a2a_sdk(instrument: Any) -> None:
     from a2a.client.base_client import BaseClient
-    from a2a.server.request_handlers.default_request_handler_v2 import DefaultRequestHandlerV2
+    from a2a.server.request_handlers import DefaultRequestHandler  # 1.x: its v2, 0.3: its own
     from google.adk.a2a.executor.a2a_agent_executor import A2aAgentExecutor
     from google.adk.a2a.utils.agent_to_a2a import to_a2a
 
-    before = (BaseClient.__dict__["send_message"], DefaultRequestHandlerV2.__dict__["__init__"])
+    before = (BaseClient.__dict__["send_message"], DefaultRequestHandler.__dict__["__init__"])
     execute = A2aAgentExecutor.__dict__["execute"]
     instrumentor = instrument(GoogleADKHandoffInstrumentor)
     assert BaseClient.__dict__["send_message"] is not before[0]
@@ -390,5 +394,5 @@ async def test_uninstrument_takes_every_wrapper_off_a2a_sdk(instrument: Any) -> 
             pass
     assert A2aAgentExecutor.__dict__["execute"] is not execute
     instrumentor.uninstrument()
-    assert (BaseClient.__dict__["send_message"], DefaultRequestHandlerV2.__dict__["__init__"]) == before
+    assert (BaseClient.__dict__["send_message"], DefaultRequestHandler.__dict__["__init__"]) == before
     assert A2aAgentExecutor.__dict__["execute"] is execute

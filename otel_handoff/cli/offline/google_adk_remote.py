@@ -75,8 +75,9 @@ class StreamCut(Exception):
 
 
 def _cutting(app: Any) -> Any:
-    """The app, whose A2A streams are cut after their first event: the connection drops in the
-    middle of the answer, as when a server goes away (the process stays up for the next request)."""
+    """The app, whose A2A answers are cut: a stream after its first event, an answer sent whole
+    (ADK 1.x, a2a-sdk 0.3) halfway; the connection drops in the middle of the answer, as when a
+    server goes away (the process stays up for the next request)."""
 
     async def gate(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
@@ -85,9 +86,15 @@ def _cutting(app: Any) -> Any:
 
         async def cut_send(message: Any) -> None:
             nonlocal events
-            if message["type"] == "http.response.body" and message.get("body"):
+            body = message.get("body") if message["type"] == "http.response.body" else None
+            if body:
                 events += 1
                 if events > 1:
+                    raise StreamCut
+                if not message.get("more_body"):  # the whole answer at once: half of it
+                    await send(
+                        {"type": "http.response.body", "body": body[: len(body) // 2], "more_body": True}
+                    )
                     raise StreamCut
             await send(message)
 
