@@ -69,6 +69,7 @@ STRANDS_REQUIREMENTS = [
     "-e",
     ".[strands]",
     "opentelemetry-distro",  # what opentelemetry-instrument users install
+    "strands-agents[a2a]",  # A2AAgent and A2AServer: a delegation over A2A joins the trace
     "pytest>=8",
     "pytest-asyncio>=0.24",
     "hypothesis>=6",

@@ -19,7 +19,7 @@ ADK_TESTS = [
     "tests/test_google_adk_remote.py",
     "tests/test_conversation_leaks.py",
 ]
-STRANDS_TESTS = ["tests/test_strands.py", "tests/test_conversation_leaks.py"]
+STRANDS_TESTS = ["tests/test_strands.py", "tests/test_strands_a2a.py", "tests/test_conversation_leaks.py"]
 
 
 def test_google_adk_in_its_own_environment() -> None:
