@@ -140,6 +140,9 @@ def test_requests_a_task_sends_carry_its_open_handoff_until_its_span_ends(
         assert crossing.outgoing(T0 + 5 * US) is opened.context
         assert crossing.outgoing(T0 + 7 * US) is opened.context
         assert holder.sent_ns == T0 + 5 * US  # the first request's time
+        holder.ended = True  # over (its span may be sampled out: no end time to read)
+        assert crossing.outgoing(T0 + 8 * US) is otel_context.get_current()
+        holder.ended = False
         crossing.abandon(opened, T0 + 8 * US)
         assert crossing.outgoing(T0 + 9 * US) is otel_context.get_current()  # ended: carried no more
 

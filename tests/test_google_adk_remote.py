@@ -148,6 +148,18 @@ async def test_a_remote_transfer_is_one_handoff_until_the_remote_agents_first_co
         # billing's model (150 ms) runs in the other process: within the request and first output
         assert attributes[sc.REQUEST_DURATION] + attributes[sc.FIRST_OUTPUT_DURATION] >= 0.15
     assert open_spans.ours() == []
+    for span in traced.all():  # every attribute of ours: nothing of what A2A carried
+        if span.instrumentation_scope.name.startswith("otel_handoff"):
+            for key, value in span.attributes.items():
+                assert not any(text in str(value) for text in CONVERSATION), (span.name, key)
+
+
+def test_the_remote_url_keeps_no_credentials() -> None:
+    from otel_handoff.google_adk._transfer import without_credentials
+
+    url = "https://alice:s3cret@billing.example:8443/a2a/.well-known/agent-card.json?api_key=k#frag"
+    assert without_credentials(url) == "https://billing.example:8443/a2a/.well-known/agent-card.json"
+    assert without_credentials("http://[::1]:9000/card") == "http://[::1]:9000/card"
 
 
 async def test_the_request_carries_the_handoff_and_a_delegation_the_current_span(

@@ -101,16 +101,17 @@ class Sending:
     (ADK's remote agent calling its server): noted in this task's context by :func:`sending`,
     read by a transport's wrapper through :func:`outgoing`."""
 
-    __slots__ = ("opened", "sent_ns")
+    __slots__ = ("ended", "opened", "sent_ns")
 
     def __init__(self, opened: OpenHandoff) -> None:
         self.opened = opened
         self.sent_ns = 0  # its first request left (0: none yet)
+        self.ended = False  # its handoff is over (its package says so: a span sampled out has no end)
 
     @property
     def live(self) -> bool:
-        """Its span is not ended yet (a record emitted, or abandoned, ends it)."""
-        return getattr(self.opened.span, "end_time", None) is None
+        """Its handoff is not over, nor its span ended (a record emitted, or abandoned, ends it)."""
+        return not self.ended and getattr(self.opened.span, "end_time", None) is None
 
 
 # our own context variable, never OpenTelemetry's: the app's current context stays as it is

@@ -454,6 +454,8 @@ class Transfer:
         if self.model_start_ns:
             run.telemetry.awaiting_output -= 1
         attributes: dict[str, Any] = {}
+        if self.sending is not None:
+            self.sending.ended = True  # its task's later requests carry their own context
         if self.remote_url is not None:
             attributes[sc.PROTOCOL] = sc.PROTOCOL_A2A
             if self.remote_url:
