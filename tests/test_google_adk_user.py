@@ -78,4 +78,5 @@ def test_the_demo(tmp_path: Path) -> None:
     for phase in ("connect", "request", "remote_setup", "first_output"):
         assert remote.count(f"    {phase} ") == 2, phase
     summary = run([str(BIN / "otel-handoff"), "summary", str(export)]).stdout
-    assert "google-adk" in summary and "transfer_delay" in summary and "remote_setup" in summary
+    # the server's remote_setup is its own process's to export: the demo's file holds the caller's
+    assert "google-adk" in summary and "transfer_delay" in summary and "request" in summary

@@ -11,7 +11,8 @@ The real ADK ``Runner``, agents and flows; only the model edges are scripted
 - a remote transfer, when a2a-sdk is installed (``google-adk[a2a]``): billing served by another
   process over A2A (:mod:`otel_handoff.cli.offline.google_adk_remote`: ``to_a2a()`` under uvicorn
   on 127.0.0.1, its model 150 ms), two turns, the server cold then warm; that process traces
-  itself (``OTEL_HANDOFF_AUTO_INSTRUMENT``) into a file whose ``remote_setup`` spans join ours.
+  itself (``OTEL_HANDOFF_AUTO_INSTRUMENT``) into a file of its own, whose ``remote_setup`` spans
+  the waterfall shows (that process's to export: ``--export`` and OTLP carry the demo's).
 """
 
 from __future__ import annotations
