@@ -68,6 +68,8 @@ RECONNECT_DURATION = "agent_handoff.reconnect.duration"
 FIRST_SPEECH_DELAY = "agent_handoff.first_speech.delay"
 # first speech, as the caller hears it: estimated from the agent's WebRTC statistics (core/heard.py)
 FIRST_SPEECH_HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+# why there is none: no_statistics, no_round_trip or unknown_codec (core/heard.py)
+FIRST_SPEECH_HEARD_DELAY_MISSING = "agent_handoff.first_speech.heard_delay_missing"
 DOWNLINK_ROUND_TRIP_TIME = "agent_handoff.downlink.round_trip_time"
 DOWNLINK_JITTER = "agent_handoff.downlink.jitter"
 DOWNLINK_PACKETS_LOST = "agent_handoff.downlink.packets_lost"
