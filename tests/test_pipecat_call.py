@@ -72,6 +72,7 @@ ARRIVAL_SECONDS = 5.0
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
 MISSING = "agent_handoff.first_speech.heard_delay_missing"
+UNATTRIBUTED = "agent_handoff.unattributed.duration"
 JITTER = "agent_handoff.downlink.jitter"
 ROUND_TRIP = "agent_handoff.downlink.round_trip_time"
 
@@ -238,6 +239,20 @@ def test_phases_cover_the_transition(run: Deployment) -> None:
     for call in run.calls:
         span = handoff(call)
         problems += accounting_problems(call.id, span, phases_of(call.spans, span))
+    assert not problems, "\n".join(problems)
+
+
+def test_named_phases_cover_nine_tenths_of_the_transition(run: Deployment) -> None:
+    """The transition's named phases (the handler, the result's delivery back to Flows, the
+    context update, ...) cover at least 90 % of it; ``agent_handoff.unattributed.duration`` holds
+    the rest (before the delivery phase, 2.6 of a 2.7 ms transition was unattributed)."""
+    problems = []
+    for call in run.calls:
+        span = handoff(call)
+        unattributed = span["attributes"].get(UNATTRIBUTED, 0.0) * 1e6
+        print(f"\n{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
+        if unattributed > 0.1 * span["duration_us"]:
+            problems.append(f"{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
     assert not problems, "\n".join(problems)
 
 

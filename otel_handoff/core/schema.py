@@ -271,6 +271,7 @@ PHASE_FIRST_AUDIO = "first_audio"
 FRAMEWORK_GOOGLE_ADK = "google-adk"
 
 SPAN_TOOL = "agent_handoff.tool"
+# ADK: the app's loop taking each event; Pipecat Flows: the function result's way back to Flows
 SPAN_DELIVERY = "agent_handoff.delivery"
 SPAN_TRANSFER_DELAY = "agent_handoff.transfer_delay"
 SPAN_CONNECT = "agent_handoff.connect"

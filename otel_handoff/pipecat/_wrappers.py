@@ -284,6 +284,7 @@ def _begin(
             requested_ns=requested,
         )
         state.drop_pending(now)  # Flows drops a tool's pending transition for this one
+    _note_delivery(transition, now)
     node_config = _arg(args, kwargs, 1, "node_config") or {}
     strategy = node_config.get("context_strategy") or getattr(flow_manager, "_context_strategy", None)
     transition.from_node = flow_manager._current_node
@@ -291,6 +292,26 @@ def _begin(
     transition.context_strategy = getattr(getattr(strategy, "strategy", None), "value", None)
     transition.executing_ns = now
     return state, transition
+
+
+def _note_delivery(transition: Transition, now: int) -> None:
+    """The function result's trip back to Flows: from the handler's end (Flows hands the result to
+    the LLM service's callback, which pushes it to the assistant aggregator; the aggregator's task
+    calls ``_check_and_execute_transition``) until ``_set_node`` begins; after the wait for other
+    function calls, when there was one."""
+    if transition.trigger != sc.TRIGGER_TOOL:
+        return
+    wait, handler = (
+        transition.phases.get(sc.PHASE_FUNCTION_CALL_WAIT),
+        transition.phases.get(sc.PHASE_HANDLER),
+    )
+    begun = (
+        wait.end_ns
+        if wait is not None and wait.end_ns
+        else (handler.end_ns if handler is not None and handler.end_ns else transition.requested_ns)
+    )
+    if begun and begun <= now:
+        transition.phases[sc.PHASE_DELIVERY] = PhaseRecord(sc.PHASE_DELIVERY, begun, now)
 
 
 def _end(state: FlowState, transition: Transition) -> None:
