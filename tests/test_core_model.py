@@ -202,6 +202,7 @@ def test_livekit_statistics_become_a_downlink() -> None:
     pytest.importorskip("livekit.rtc")
     from livekit.rtc._proto import stats_pb2
 
+    from otel_handoff.core.heard import attributes
     from otel_handoff.livekit._downlink import downlink
 
     report = stats_pb2.RtcStats()
@@ -215,6 +216,9 @@ def test_livekit_statistics_become_a_downlink() -> None:
     link = downlink([codec, report])
     assert (link.round_trip_time, link.jitter, link.packets_lost) == (0.1, 0.02, 2)
     assert (link.codec, link.packet_duration) == ("audio/opus", 0.020)
+    # in an SFU's room the statistics describe the agent's leg to the server: the span says so
+    assert attributes(link)[sc.DOWNLINK_LEGS] == ["agent_server"]
+    assert sc.CALLER_CONNECTION_QUALITY not in attributes(link)  # no room here: nothing rated
     # before RTCP has measured a round trip (the first seconds of a call): the ICE pair's
     report.remote_inbound_rtp.remote_inbound.round_trip_time_measurements = 0
     pair = stats_pb2.RtcStats()

@@ -85,6 +85,9 @@ PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "r
 UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+LEGS = "agent_handoff.downlink.legs"
+CALLER_QUALITY = "agent_handoff.caller.connection_quality"
+QUALITIES = ("excellent", "good", "poor", "lost")  # livekit.rtc.ConnectionQuality, as the span names it
 # LiveKit's loop monitor (livekit.agents.telemetry.loop_monitor): a warning when a job's loop was
 # blocked for 100 ms, with the stack it sampled; a frame of ours is a path in our package
 LOOP_BLOCKED = "event loop blocked for"
@@ -305,6 +308,21 @@ def test_heard_delay_matches_the_caller(run: Deployment) -> None:
             problems.append(
                 f"{call.room}: {HEARD_DELAY} {estimated * 1000:.1f} ms, measured {measured * 1000:.1f} ms"
             )
+    assert not problems, "\n".join(problems)
+
+
+def test_first_speech_names_the_leg_it_measured(run: Deployment) -> None:
+    """The agent's statistics describe its own leg to the server, and the span says so
+    (``agent_handoff.downlink.legs``); of the caller's leg the server tells the agent only its
+    rating of the caller's connection (``agent_handoff.caller.connection_quality``), once it has
+    rated it (it sends its first ratings some seconds into a call: a handoff before has none)."""
+    problems = []
+    for call in calls_of(run):
+        attributes = first_speech(call)["attributes"]
+        legs, quality = attributes.get(LEGS), attributes.get(CALLER_QUALITY)
+        print(f"\n{call.room}: legs {legs}, the caller's connection {quality}")
+        if legs not in (["agent_server"], '["agent_server"]') or quality not in (None, *QUALITIES):
+            problems.append(f"{call.room}: legs {legs}, the caller's connection {quality}")
     assert not problems, "\n".join(problems)
 
 

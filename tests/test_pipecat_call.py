@@ -512,7 +512,7 @@ def test_downlink_from_aiortcs_receiver_report() -> None:
         fractionLost=0,
     )
     link = _downlink.downlink([report], "audio/opus", 48000, None)
-    assert link == Downlink(0.004, 0.002, 2, 0.020, "audio/opus")
+    assert link == Downlink(0.004, 0.002, 2, 0.020, "audio/opus", ("agent_caller",))  # peer to peer: one leg
     # before the first receiver report: nothing is known of the way, and no estimate is made
     assert _downlink.downlink([], "audio/opus", 48000, None).round_trip_time is None
 

@@ -46,6 +46,8 @@ class Downlink:
     packets_lost: int | None
     packet_duration: float | None  # seconds of audio per RTP packet
     codec: str | None  # its MIME type, e.g. audio/opus
+    legs: tuple[str, ...] = ()  # which legs of the way the statistics describe (schema.LEG_*)
+    caller_quality: str | None = None  # an SFU's rating of the caller's own connection
 
     @staticmethod
     def packet_seconds(codec: str | None, sdp_fmtp_line: str | None) -> float | None:
@@ -98,6 +100,8 @@ def attributes(link: Downlink | None) -> dict[str, Any]:
         (sc.DOWNLINK_PACKETS_LOST, lost),
         (sc.DOWNLINK_PACKET_DURATION, link.packet_duration),
         (sc.DOWNLINK_CODEC, link.codec),
+        (sc.DOWNLINK_LEGS, list(link.legs) or None),
+        (sc.CALLER_CONNECTION_QUALITY, link.caller_quality),
         (sc.FIRST_SPEECH_HEARD_DELAY, heard_delay(link)),
         (sc.FIRST_SPEECH_HEARD_DELAY_MISSING, missing(link)),
     ):

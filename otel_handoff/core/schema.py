@@ -75,6 +75,14 @@ DOWNLINK_JITTER = "agent_handoff.downlink.jitter"
 DOWNLINK_PACKETS_LOST = "agent_handoff.downlink.packets_lost"
 DOWNLINK_PACKET_DURATION = "agent_handoff.downlink.packet_duration"
 DOWNLINK_CODEC = "agent_handoff.downlink.codec"
+# the legs of the way to the caller the downlink's statistics describe (core/heard.py): a peer to
+# peer call's one leg, or in an SFU's room only the agent's leg to the server
+DOWNLINK_LEGS = "agent_handoff.downlink.legs"
+LEG_AGENT_CALLER = "agent_caller"
+LEG_AGENT_SERVER = "agent_server"
+# what an SFU tells the agent of the caller's own leg: its rating of the caller's connection
+# (LiveKit: excellent, good, poor, lost), not in the estimate
+CALLER_CONNECTION_QUALITY = "agent_handoff.caller.connection_quality"
 REJECTION_REASON = "agent_handoff.rejection_reason"
 
 # --- metrics -------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sys
 import time
 from typing import Any
 
+from ..core import schema as sc
 from ..core.heard import Downlink
 
 STATS_TIMEOUT_SECONDS = 1.0  # the first_speech span waits at most this long for them
@@ -119,4 +120,5 @@ def downlink(stats: Any, codec: str | None, clock_rate: int | None, fmtp: str | 
             if item.jitter is not None and clock_rate:
                 jitter = item.jitter / clock_rate
             lost = item.packetsLost
-    return Downlink(rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec)
+    # peer to peer: the bot's statistics describe the whole way to the caller
+    return Downlink(rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec, (sc.LEG_AGENT_CALLER,))
