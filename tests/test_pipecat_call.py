@@ -31,6 +31,7 @@ import shutil
 import signal
 import statistics
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -58,7 +59,8 @@ from pipecat_call.deployment import (
     handoff_of,
     phases_of,
 )
-from pipecat_call.waterfall import RECORDING, SEGMENTS, recording, table, waterfall_of
+from pipecat_call.waterfall import COMMAND, RECORDING, SEGMENTS, recording, table, waterfall_of
+from pipecat_call.waterfall import report as waterfall_report
 from receivers import Span, missing
 from shaper import Link
 
@@ -476,6 +478,28 @@ def test_waterfall_adds_up_to_what_the_browser_heard(runs: Runs) -> None:
             RECORDING.write_text(json.dumps(record, indent=1) + "\n")
             recorded = True
     assert not problems, "\n".join(problems)
+
+
+def test_the_docs_waterfall_is_the_recorded_calls() -> None:
+    """``docs/pipecat.md``'s waterfall is the output of its one command on the recorded call
+    (``pipecat_call/recorded-call.json``), every figure: the table, and what the browser heard."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipecat.md").read_text()
+    marker = f"<!-- output of: {COMMAND} -->\n"
+    assert marker in doc, marker
+    block = doc.split(marker, 1)[1].split("\n\n", 2)
+    shown = "\n\n".join(block[:2])
+    assert shown == waterfall_report(json.loads(RECORDING.read_text())), shown
+
+
+def test_the_tolerance_is_the_one_the_docs_state() -> None:
+    """Every check of the heard delay uses one tolerance, stated once, with its reason, in
+    ``docs/pipecat.md`` ("How close the estimate must be")."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "pipecat.md").read_text()
+    stated = (
+        "**How close the estimate must be** (every check of it, stated once here):"
+        f" **{HEARD_TOLERANCE_S * 1000:.0f} ms, plus {LINK_SPREAD} times"
+    )
+    assert stated in " ".join(doc.split()), stated
 
 
 def test_silero_vad_drives_the_callers_turn(runs: Runs) -> None:
