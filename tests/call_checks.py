@@ -22,6 +22,10 @@ LINK_SPREAD = 1.5
 # caller's jitter buffer grows on the burst that follows and keeps it for seconds, past what the
 # receiver's jitter (RFC 3550's, which forgets within a third of a second) still shows
 STALL_S = 0.060
+# the browser's own playout ran dry (Chromium starved of the CPU, or its input stalled): it concealed
+# more than the packets it lost by as much (60 ms, at 48 kHz), and NetEq grows its buffer on that
+DRY_SAMPLES = round(STALL_S * 48_000)
+OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz: what NetEq conceals for one lost packet
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
 

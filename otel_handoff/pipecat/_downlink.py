@@ -76,18 +76,19 @@ async def ice_round_trip(sender: Any) -> float | None:
     pair = next(iter(nominated.values()), None) if isinstance(nominated, dict) else None
     if pair is None or password is None:
         return None
-    from aioice.stun import TransactionError
-
     request = connection.build_request(pair, nominate=False)
     started = time.monotonic()
-    try:
-        await asyncio.wait_for(
-            pair.protocol.request(
-                request, pair.remote_addr, integrity_key=password.encode("utf8"), retransmissions=0
-            ),
-            ICE_TIMEOUT_SECONDS,
+    check = asyncio.ensure_future(
+        pair.protocol.request(
+            request, pair.remote_addr, integrity_key=password.encode("utf8"), retransmissions=0
         )
-    except (TransactionError, asyncio.TimeoutError, OSError):
+    )
+    # not wait_for: it would wait on for the request to wind down when cancelled; the span does not
+    done, _ = await asyncio.wait({check}, timeout=ICE_TIMEOUT_SECONDS)
+    if not done:
+        check.cancel()
+        return None
+    if check.exception() is not None:  # TransactionError: no answer, or the connection closed
         return None
     return time.monotonic() - started
 

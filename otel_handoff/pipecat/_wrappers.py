@@ -188,7 +188,8 @@ async def wrap_call_handler(
     call = _CALL.get()
     if call is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    phase = PhaseRecord(sc.PHASE_HANDLER, time.time_ns())
+    # from the Flows function's start: Flows' own steps before the app's handler are its call
+    phase = PhaseRecord(sc.PHASE_HANDLER, call.start_ns)
     try:
         return await wrapped(*args, **kwargs)
     finally:
@@ -378,7 +379,14 @@ async def _timed(
         return await wrapped(*args, **kwargs)
     types = [str(a.get("type")) for a in actions if isinstance(a, dict)] if actions else None
     attributes = {sc.ACTIONS: types} if types else None
-    phase = transition.phases[name] = PhaseRecord(name, time.time_ns(), attributes=attributes)
+    started = time.time_ns()
+    if name == sc.PHASE_CONTEXT_UPDATE:  # from where Flows sets the node up: after the pre-actions
+        pre = transition.phases.get(sc.PHASE_PRE_ACTIONS)
+        started = min(
+            started,
+            (pre.end_ns if pre is not None and pre.end_ns else 0) or transition.executing_ns or started,
+        )
+    phase = transition.phases[name] = PhaseRecord(name, started, attributes=attributes)
     try:
         return await wrapped(*args, **kwargs)
     except asyncio.CancelledError:
