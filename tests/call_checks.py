@@ -12,6 +12,20 @@ from receivers import Span
 
 GAP_US = 1_000  # uncovered time between a handoff's phases that the span must then report
 ROUNDING_US = 1  # Jaeger keeps microseconds: each span boundary may be off by one
+ROUNDING_S = 0.001  # what a forwarder in user space sends late (shaper.py records it)
+# the heard delay against what the caller heard, each stated once, with its reason, in docs/pipecat.md
+# ("How close the estimate must be"): 30 ms, plus the spread of the one round trip the estimate
+# halves, 1.5 times the jitter reported (a delay uniform in ±J reports a jitter of 2J/3)
+HEARD_TOLERANCE_S = 0.030
+LINK_SPREAD = 1.5
+# the agent's own audio stalled: the shaper saw nothing of it for 3 packets (60 ms) or more. The
+# caller's jitter buffer grows on the burst that follows and keeps it for seconds, past what the
+# receiver's jitter (RFC 3550's, which forgets within a third of a second) still shows
+STALL_S = 0.060
+# the browser's own playout ran dry (Chromium starved of the CPU, or its input stalled): it concealed
+# more than the packets it lost by as much (60 ms, at 48 kHz), and NetEq grows its buffer on that
+DRY_SAMPLES = round(STALL_S * 48_000)
+OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz: what NetEq conceals for one lost packet
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
 
 

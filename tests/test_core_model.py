@@ -160,26 +160,49 @@ def test_uninstrument_ends_every_open_root(
 # --- what the caller hears ---------------------------------------------------------------------------
 def test_heard_delay_of_a_slower_link_is_what_the_documented_model_gives() -> None:
     """100 ms round trip, 20 ms jitter, Opus at 20 ms a packet: the agent's device frame (10), one
-    packet gathered (20), one way (50), the caller's buffer of two packets (40) and four times the
-    jitter (80), the caller's device frame (10)."""
+    packet gathered (20), one way (50), the caller's buffer of two packets (40) and NetEq's 95th
+    percentile margin, 1.645 * sqrt(pi) / 2 times the jitter (29.2), the caller's device frame (10)."""
     from otel_handoff.core.heard import Downlink, attributes, heard_delay
 
     slow = Downlink(
         0.100, 0.020, 3, Downlink.packet_seconds("audio/opus", "minptime=10;useinbandfec=1"), "audio/opus"
     )
-    assert heard_delay(slow) == pytest.approx(0.210)
-    assert attributes(slow)[sc.FIRST_SPEECH_HEARD_DELAY] == pytest.approx(0.210)
+    assert heard_delay(slow) == pytest.approx(0.1592, abs=1e-4)
+    assert attributes(slow)[sc.FIRST_SPEECH_HEARD_DELAY] == pytest.approx(0.1592, abs=1e-4)
     assert attributes(slow)[sc.DOWNLINK_PACKETS_LOST] == 3
+    assert sc.FIRST_SPEECH_HEARD_DELAY_MISSING not in attributes(slow)
     # a link that says 40 ms a packet in its SDP; no receiver report yet: no estimate, no made-up value
     assert Downlink.packet_seconds("audio/opus", "minptime=10;ptime=40") == 0.040
-    early = Downlink(None, None, None, 0.020, "audio/opus")
+    early = Downlink(None, 0.003, 0, 0.020, "audio/opus")
     assert heard_delay(early) is None and sc.FIRST_SPEECH_HEARD_DELAY not in attributes(early)
+
+
+def test_a_first_speech_without_a_heard_delay_says_why() -> None:
+    """No statistics in time, no round trip yet (a receiver's first report can carry none), no
+    known codec: the span says which, and keeps what it knows."""
+    from otel_handoff.core.heard import Downlink, attributes
+
+    missing = sc.FIRST_SPEECH_HEARD_DELAY_MISSING
+    assert attributes(None) == {missing: "no_statistics"}
+    early = attributes(Downlink(None, 0.003, 0, 0.020, "audio/opus"))
+    assert early[missing] == "no_round_trip" and early[sc.DOWNLINK_JITTER] == 0.003
+    assert attributes(Downlink(0.010, 0.0, 0, None, "audio/l16"))[missing] == "unknown_codec"
+
+
+def test_a_negative_cumulative_loss_is_none_lost() -> None:
+    """RFC 3550's cumulative loss is expected less received: duplicates, or packets reordered
+    before the first one counted from, make it negative (-1 and -2 on the shaped links of
+    tests/test_pipecat_call.py). The span says none were lost."""
+    from otel_handoff.core.heard import Downlink, attributes
+
+    assert attributes(Downlink(0.2, 0.015, -2, 0.020, "audio/opus"))[sc.DOWNLINK_PACKETS_LOST] == 0
 
 
 def test_livekit_statistics_become_a_downlink() -> None:
     pytest.importorskip("livekit.rtc")
     from livekit.rtc._proto import stats_pb2
 
+    from otel_handoff.core.heard import attributes
     from otel_handoff.livekit._downlink import downlink
 
     report = stats_pb2.RtcStats()
@@ -193,6 +216,9 @@ def test_livekit_statistics_become_a_downlink() -> None:
     link = downlink([codec, report])
     assert (link.round_trip_time, link.jitter, link.packets_lost) == (0.1, 0.02, 2)
     assert (link.codec, link.packet_duration) == ("audio/opus", 0.020)
+    # in an SFU's room the statistics describe the agent's leg to the server: the span says so
+    assert attributes(link)[sc.DOWNLINK_LEGS] == ["agent_server"]
+    assert sc.CALLER_CONNECTION_QUALITY not in attributes(link)  # no room here: nothing rated
     # before RTCP has measured a round trip (the first seconds of a call): the ICE pair's
     report.remote_inbound_rtp.remote_inbound.round_trip_time_measurements = 0
     pair = stats_pb2.RtcStats()

@@ -39,7 +39,14 @@ from typing import Any
 import netns
 import pytest
 import stack
-from call_checks import ROUNDING_US, accounting_problems, end_us, jaeger_warnings
+from call_checks import (
+    HEARD_TOLERANCE_S,
+    LINK_SPREAD,
+    ROUNDING_US,
+    accounting_problems,
+    end_us,
+    jaeger_warnings,
+)
 from livekit_call.deployment import (
     CONVERSATION_ID,
     EXPECTED_IN_JOB_TRACE,
@@ -52,7 +59,8 @@ from livekit_call.deployment import (
     handoff_of,
     phases_of,
 )
-from livekit_call.waterfall import SEGMENTS, table, waterfall
+from livekit_call.waterfall import COMMAND, RECORDING, SEGMENTS, recording, table, waterfall
+from livekit_call.waterfall import report as waterfall_report
 from receivers import Span, missing
 
 agents = pytest.importorskip("livekit.agents")
@@ -67,15 +75,18 @@ if (
 
 FRAMEWORK = "livekit-agents"
 CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new agent's first frame goes out
-HEARD_TOLERANCE_S = 0.030  # the estimated heard delay against the one the caller measured
 # with Silero deciding the turn, its inference shares the job process's 2 cores with the audio
 # the agent sends: its first frames leave 10-30 ms later than the statistics can show (seen: the
 # caller measured 92-112 ms there, 84-107 ms elsewhere); said in docs/livekit.md
 HEARD_TOLERANCE_BUSY_JOB_S = 0.045
 
 
-def heard_tolerance(run: Deployment) -> float:
-    return HEARD_TOLERANCE_BUSY_JOB_S if run.name == "silero" else HEARD_TOLERANCE_S
+def heard_tolerance(run: Deployment, attributes: dict[str, Any]) -> float:
+    """The heard delay's tolerance (docs/pipecat.md: 30 ms plus 1.5 times the jitter), or the
+    Silero call's (docs/livekit.md)."""
+    if run.name == "silero":
+        return HEARD_TOLERANCE_BUSY_JOB_S
+    return HEARD_TOLERANCE_S + LINK_SPREAD * attributes.get("agent_handoff.downlink.jitter", 0.0)
 
 
 # the handoff's phases (docs/livekit.md, the span model)
@@ -85,6 +96,9 @@ PHASE_NAMES = ("queue_wait", "lock_wait", "drain", "pause", "close", "start", "r
 UPLINK_TOLERANCE_S = 0.040
 E2E_TOLERANCE_US = 2_000  # LiveKit's own lk.e2e_latency against the segments it spans
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+LEGS = "agent_handoff.downlink.legs"
+CALLER_QUALITY = "agent_handoff.caller.connection_quality"
+QUALITIES = ("excellent", "good", "poor", "lost")  # livekit.rtc.ConnectionQuality, as the span names it
 # LiveKit's loop monitor (livekit.agents.telemetry.loop_monitor): a warning when a job's loop was
 # blocked for 100 ms, with the stack it sampled; a frame of ours is a path in our package
 LOOP_BLOCKED = "event loop blocked for"
@@ -301,10 +315,25 @@ def test_heard_delay_matches_the_caller(run: Deployment) -> None:
         estimated = first_speech(call)["attributes"].get(HEARD_DELAY)
         if estimated is None:
             problems.append(f"{call.room}: no {HEARD_DELAY} (the caller measured {measured * 1000:.1f} ms)")
-        elif abs(estimated - measured) > heard_tolerance(run):
+        elif abs(estimated - measured) > heard_tolerance(run, first_speech(call)["attributes"]):
             problems.append(
                 f"{call.room}: {HEARD_DELAY} {estimated * 1000:.1f} ms, measured {measured * 1000:.1f} ms"
             )
+    assert not problems, "\n".join(problems)
+
+
+def test_first_speech_names_the_leg_it_measured(run: Deployment) -> None:
+    """The agent's statistics describe its own leg to the server, and the span says so
+    (``agent_handoff.downlink.legs``); of the caller's leg the server tells the agent only its
+    rating of the caller's connection (``agent_handoff.caller.connection_quality``), once it has
+    rated it (it sends its first ratings some seconds into a call: a handoff before has none)."""
+    problems = []
+    for call in calls_of(run):
+        attributes = first_speech(call)["attributes"]
+        legs, quality = attributes.get(LEGS), attributes.get(CALLER_QUALITY)
+        print(f"\n{call.room}: legs {legs}, the caller's connection {quality}")
+        if legs not in (["agent_server"], '["agent_server"]') or quality not in (None, *QUALITIES):
+            problems.append(f"{call.room}: legs {legs}, the caller's connection {quality}")
     assert not problems, "\n".join(problems)
 
 
@@ -316,8 +345,9 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
     measured, the uplink's within 40 ms, and the whole, from the caller's end of speech to its
     hearing, within 30 ms.
     The uplink is held to the caller only where the STT's endpointing ended the turn: Silero's end
-    of speech is its own estimate, not the caller's."""
-    problems = []
+    of speech is its own estimate, not the caller's. With ``OTEL_HANDOFF_UPDATE_DOCS=1`` the first
+    call of ``batch`` held so becomes the recording the doc's table is made from (``RECORDING``)."""
+    problems, recorded = [], False
     for call in calls_of(run):
         rows = waterfall(call.spans, handoff(call))
         main = {r.name: r for r in rows if not r.part}
@@ -356,37 +386,50 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
         captured = captured_ns(run, call) / 1000
         checks = [
             ("first frame out", main["first frame out"].end_us - captured, CAPTURE_TOLERANCE_US),
-            ("downlink", main["downlink"].ms * 1000 - (heard - captured), heard_tolerance(run) * 1e6),
+            (
+                "downlink",
+                main["downlink"].ms * 1000 - (heard - captured),
+                heard_tolerance(run, first_speech(call)["attributes"]) * 1e6,
+            ),
         ]
         if {s["attributes"].get("lk.eou.source") for s in call.spans if s["name"] == "eou_wait"} == {"stt"}:
             checks += [
                 (
-                    "uplink",
-                    main["uplink"].ms * 1000 - (main["endpointing"].start_us - spoken),
+                    "uplink (estimate)",
+                    main["uplink (estimate)"].ms * 1000 - (main["endpointing"].start_us - spoken),
                     UPLINK_TOLERANCE_S * 1e6,
                 ),
                 (
                     "end of speech → heard",
-                    (main["downlink"].end_us - main["uplink"].start_us) - (heard - spoken),
-                    HEARD_TOLERANCE_S * 1e6,
+                    (main["downlink"].end_us - main["uplink (estimate)"].start_us) - (heard - spoken),
+                    heard_tolerance(run, first_speech(call)["attributes"]) * 1e6,
                 ),
             ]
+        failed = False
         for name, off_us, tolerance in checks:
             print(f"  {name}: {off_us / 1000:+.1f} ms from the measurement")
             if abs(off_us) > tolerance:
+                failed = True
                 problems.append(f"{call.room}: {name} {off_us / 1000:+.1f} ms from what was measured")
+        if (
+            run.name == "batch"
+            and not failed
+            and not recorded
+            and os.environ.get("OTEL_HANDOFF_UPDATE_DOCS") == "1"
+        ):
+            RECORDING.write_text(json.dumps(recording(call, whole), indent=1) + "\n")
+            recorded = True
     assert not problems, "\n".join(problems)
 
 
-def test_the_docs_waterfall_names_the_segments_the_trace_gives() -> None:
-    """``docs/livekit.md``'s waterfall (figures pasted from a run of this file) has the rows
-    :func:`waterfall` builds, in its order: the milliseconds vary from run to run, the rows not."""
+def test_the_docs_waterfall_is_the_recorded_calls() -> None:
+    """``docs/livekit.md``'s waterfall is the output of its one command on the recorded call
+    (``livekit_call/recorded-call.json``), every figure: the table, and what the caller measured."""
     doc = (Path(__file__).resolve().parents[1] / "docs" / "livekit.md").read_text()
-    section = doc.split("## A real call: where the caller's silence goes", 1)[1].split("\n## ", 1)[0]
-    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
-    named = [row for row in rows if row not in ("segment", "**end of speech → heard**")]
-    assert [row for row in named if not row.startswith("↳")] == list(SEGMENTS), named
-    assert all(row.removeprefix("↳ ") in PHASE_NAMES for row in named if row.startswith("↳")), named
+    marker = f"<!-- output of: {COMMAND} -->\n"
+    assert marker in doc, marker
+    shown = "\n\n".join(doc.split(marker, 1)[1].split("\n\n", 2)[:2])
+    assert shown == waterfall_report(json.loads(RECORDING.read_text())), shown
 
 
 # --- processes -----------------------------------------------------------------------------------------

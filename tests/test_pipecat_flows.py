@@ -122,8 +122,12 @@ async def test_tool_transition_with_append(flows: Spans, open_spans: OpenSpans) 
     assert a[sc.CONTEXT_STRATEGY] == "append" and a[sc.OUTCOME] == sc.OUTCOME_COMPLETED
     assert a[sc.SEQUENCE] == 1
     kids = children(flows, handoff)
-    assert set(kids) == {sc.SPAN_HANDLER, sc.SPAN_CONTEXT_UPDATE}
-    assert kids[sc.SPAN_HANDLER].end_time <= kids[sc.SPAN_CONTEXT_UPDATE].start_time
+    assert set(kids) == {sc.SPAN_HANDLER, sc.SPAN_DELIVERY, sc.SPAN_CONTEXT_UPDATE}
+    # the function result's way back to Flows: from the handler's end until _set_node begins
+    assert kids[sc.SPAN_HANDLER].end_time == kids[sc.SPAN_DELIVERY].start_time
+    assert kids[sc.SPAN_DELIVERY].end_time <= kids[sc.SPAN_CONTEXT_UPDATE].start_time
+    assert a[sc.DURATION] == pytest.approx(a[sc.HANDLER_DURATION] + a[sc.CONTEXT_UPDATE_DURATION], abs=1e-6)
+    assert sc.UNATTRIBUTED_DURATION not in a  # the phases cover the transition
     # the caller heard the bot again in the new node: the dead air, linked to the handoff
     (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
     assert speech.links[0].context.span_id == handoff.context.span_id
@@ -219,6 +223,7 @@ async def test_transition_waits_for_a_parallel_function_call(flows: Spans) -> No
     a = check(handoff)
     assert a[sc.OUTCOME] == sc.OUTCOME_SKIPPED and a[sc.TRIGGER] == sc.TRIGGER_TOOL
     wait = children(flows, handoff)[sc.SPAN_FUNCTION_CALL_WAIT]
+    assert sc.SPAN_DELIVERY not in children(flows, handoff)  # it never ran: nothing delivered
     assert a[sc.FUNCTION_CALL_WAIT_DURATION] >= 0.1  # at least most of the other call's 0.2 s
     assert wait.end_time == handoff.end_time  # it waited until the conversation ended
     # a wait, not a phase: the duration (the phases) and the wait fit in the span side by side
@@ -447,7 +452,7 @@ async def test_metrics_by_phase(flows: Spans, metric_reader: Any) -> None:
                     elif metric.name == sc.METRIC_PHASE_DURATION:
                         phases.add(point.attributes[sc.PHASE])
     # first speech too: every framework records it in the phase metric
-    assert counted == 1 and phases == {"handler", "context_update", "first_speech"}
+    assert counted == 1 and phases == {"handler", "delivery", "context_update", "first_speech"}
 
 
 async def test_faults_in_our_code_never_reach_the_flow(

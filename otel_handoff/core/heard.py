@@ -10,6 +10,7 @@ estimate, :func:`heard_delay`. The model and where it is wrong: ``docs/livekit.m
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +24,17 @@ _PTIME = re.compile(r"(?:^|;)\s*ptime=(\d+)")
 # receiver's plays one out (libwebrtc's fixed audio frame, not a property of the link)
 _DEVICE_FRAME_SECONDS = 0.010
 # the receiver's jitter buffer: a packet being received and one in hand before playout starts
-# (libwebrtc's NetEq at low jitter), plus a margin of four times the jitter it measures
+# (libwebrtc's NetEq at low jitter), plus what it holds for the network's jitter: NetEq aims its
+# delay at the 95th percentile of the packets' arrival delay (DelayManager's quantile 0.95), 1.645
+# standard deviations above the mean delay for a normally varying one; the jitter a receiver reports
+# (RFC 3550) is the mean difference between consecutive packets' transit times, 2/sqrt(pi) standard
+# deviations for independent ones. So the margin is 1.645 * sqrt(pi) / 2 = 1.46 times that jitter.
 _BUFFERED_PACKETS = 2
-_JITTER_MARGIN = 4
+_JITTER_MARGIN = 1.645 * math.sqrt(math.pi) / 2
+# why a first speech has no heard delay (agent_handoff.first_speech.heard_delay_missing)
+NO_STATISTICS = "no_statistics"  # the transport's statistics did not come in time
+NO_ROUND_TRIP = "no_round_trip"  # no receiver report with a round trip yet, no ICE pair's either
+UNKNOWN_CODEC = "unknown_codec"  # the packet time is not known
 
 
 @dataclass(frozen=True)
@@ -37,6 +46,8 @@ class Downlink:
     packets_lost: int | None
     packet_duration: float | None  # seconds of audio per RTP packet
     codec: str | None  # its MIME type, e.g. audio/opus
+    legs: tuple[str, ...] = ()  # which legs of the way the statistics describe (schema.LEG_*)
+    caller_quality: str | None = None  # an SFU's rating of the caller's own connection
 
     @staticmethod
     def packet_seconds(codec: str | None, sdp_fmtp_line: str | None) -> float | None:
@@ -53,7 +64,8 @@ def heard_delay(link: Downlink) -> float | None:
 
     The agent's device frame (10 ms) is captured; one packet's worth of audio is gathered before
     it is sent; the network takes half the round trip one way; the caller's jitter buffer holds
-    two packets plus four times the jitter; the caller's device plays a 10 ms frame out.
+    two packets plus 1.46 times the jitter (NetEq's 95th percentile); the caller's device plays a
+    10 ms frame out.
     """
     packet, rtt = link.packet_duration, link.round_trip_time
     if packet is None or rtt is None:
@@ -62,16 +74,36 @@ def heard_delay(link: Downlink) -> float | None:
     return _DEVICE_FRAME_SECONDS + packet + rtt / 2 + buffered + _DEVICE_FRAME_SECONDS
 
 
-def attributes(link: Downlink) -> dict[str, Any]:
-    """The ``first_speech`` span's attributes of the downlink (what is known of it)."""
+def missing(link: Downlink | None) -> str | None:
+    """Why :func:`heard_delay` gives no estimate for ``link`` (None: it gives one)."""
+    if link is None:
+        return NO_STATISTICS
+    if link.round_trip_time is None:
+        return NO_ROUND_TRIP
+    if link.packet_duration is None:
+        return UNKNOWN_CODEC
+    return None
+
+
+def attributes(link: Downlink | None) -> dict[str, Any]:
+    """The ``first_speech`` span's attributes of the downlink (what is known of it), and why
+    there is no heard delay when there is none. A receiver's cumulative loss (RFC 3550) goes
+    below zero when it received more than it expected (duplicates, or reordered packets before the
+    first it counted from): that is none lost."""
     found: dict[str, Any] = {}
+    if link is None:
+        return {sc.FIRST_SPEECH_HEARD_DELAY_MISSING: NO_STATISTICS}
+    lost = None if link.packets_lost is None else max(0, link.packets_lost)
     for key, value in (
         (sc.DOWNLINK_ROUND_TRIP_TIME, link.round_trip_time),
         (sc.DOWNLINK_JITTER, link.jitter),
-        (sc.DOWNLINK_PACKETS_LOST, link.packets_lost),
+        (sc.DOWNLINK_PACKETS_LOST, lost),
         (sc.DOWNLINK_PACKET_DURATION, link.packet_duration),
         (sc.DOWNLINK_CODEC, link.codec),
+        (sc.DOWNLINK_LEGS, list(link.legs) or None),
+        (sc.CALLER_CONNECTION_QUALITY, link.caller_quality),
         (sc.FIRST_SPEECH_HEARD_DELAY, heard_delay(link)),
+        (sc.FIRST_SPEECH_HEARD_DELAY_MISSING, missing(link)),
     ):
         if value is not None:
             found[key] = value

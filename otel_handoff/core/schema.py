@@ -69,11 +69,21 @@ RECONNECT_DURATION = "agent_handoff.reconnect.duration"
 FIRST_SPEECH_DELAY = "agent_handoff.first_speech.delay"
 # first speech, as the caller hears it: estimated from the agent's WebRTC statistics (core/heard.py)
 FIRST_SPEECH_HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
+# why there is none: no_statistics, no_round_trip or unknown_codec (core/heard.py)
+FIRST_SPEECH_HEARD_DELAY_MISSING = "agent_handoff.first_speech.heard_delay_missing"
 DOWNLINK_ROUND_TRIP_TIME = "agent_handoff.downlink.round_trip_time"
 DOWNLINK_JITTER = "agent_handoff.downlink.jitter"
 DOWNLINK_PACKETS_LOST = "agent_handoff.downlink.packets_lost"
 DOWNLINK_PACKET_DURATION = "agent_handoff.downlink.packet_duration"
 DOWNLINK_CODEC = "agent_handoff.downlink.codec"
+# the legs of the way to the caller the downlink's statistics describe (core/heard.py): a peer to
+# peer call's one leg, or in an SFU's room only the agent's leg to the server
+DOWNLINK_LEGS = "agent_handoff.downlink.legs"
+LEG_AGENT_CALLER = "agent_caller"
+LEG_AGENT_SERVER = "agent_server"
+# what an SFU tells the agent of the caller's own leg: its rating of the caller's connection
+# (LiveKit: excellent, good, poor, lost), not in the estimate
+CALLER_CONNECTION_QUALITY = "agent_handoff.caller.connection_quality"
 REJECTION_REASON = "agent_handoff.rejection_reason"
 
 # --- metrics -------------------------------------------------------------------------
@@ -270,6 +280,7 @@ PHASE_FIRST_AUDIO = "first_audio"
 FRAMEWORK_GOOGLE_ADK = "google-adk"
 
 SPAN_TOOL = "agent_handoff.tool"
+# ADK: the app's loop taking each event; Pipecat Flows: the function result's way back to Flows
 SPAN_DELIVERY = "agent_handoff.delivery"
 SPAN_TRANSFER_DELAY = "agent_handoff.transfer_delay"
 SPAN_CONNECT = "agent_handoff.connect"

@@ -8,8 +8,10 @@ Outside a job (an offline session, a console run) there is no room: nothing is r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
+from ..core import schema as sc
 from ..core.heard import Downlink
 
 STATS_TIMEOUT_SECONDS = 1.0  # the first_speech span waits at most this long for them
@@ -37,7 +39,29 @@ async def read_downlink(track: Any) -> Downlink | None:
         stats = await asyncio.wait_for(track.get_stats(), STATS_TIMEOUT_SECONDS)
     except asyncio.TimeoutError:
         return None
-    return downlink(stats)
+    return dataclasses.replace(downlink(stats), caller_quality=caller_quality())
+
+
+def caller_quality() -> str | None:
+    """What the server tells the agent of the caller's own leg: its rating of the caller's
+    connection (``connection_quality``: excellent, good, poor, lost), when the room has one caller
+    (one remote participant that is not an agent). The server rates it from the caller's own
+    statistics; it sends no round trip or jitter of that leg to other participants."""
+    try:
+        from livekit.agents import get_job_context
+
+        room = get_job_context().room
+    except (ImportError, RuntimeError):
+        return None
+    from livekit import rtc
+
+    agent = getattr(rtc.ParticipantKind, "PARTICIPANT_KIND_AGENT", None)
+    callers = [p for p in room.remote_participants.values() if getattr(p, "kind", None) != agent]
+    quality = getattr(callers[0], "connection_quality", None) if len(callers) == 1 else None
+    name = getattr(quality, "name", None)
+    if not isinstance(name, str) or not name.startswith("QUALITY_") or name == "QUALITY_UNKNOWN":
+        return None
+    return name.removeprefix("QUALITY_").lower()
 
 
 def downlink(stats: Any) -> Downlink:
@@ -62,6 +86,12 @@ def downlink(stats: Any) -> Downlink:
             pair = item.candidate_pair.candidate_pair
             if pair.HasField("current_round_trip_time"):
                 ice_rtt = pair.current_round_trip_time
+    # an SFU's room: the statistics describe the agent's leg to the server, not the caller's
     return Downlink(
-        rtt if rtt is not None else ice_rtt, jitter, lost, Downlink.packet_seconds(codec, fmtp), codec
+        rtt if rtt is not None else ice_rtt,
+        jitter,
+        lost,
+        Downlink.packet_seconds(codec, fmtp),
+        codec,
+        (sc.LEG_AGENT_SERVER,),
     )

@@ -286,9 +286,7 @@ class LiveKitHandoff:
 
     async def _link_with_downlink(self, phase: PhaseRecord, track: Any) -> None:
         try:
-            link = await read_downlink(track)
-            if link is not None:
-                phase.attributes = downlink_attributes(link)
+            phase.attributes = downlink_attributes(await read_downlink(track))
         except Exception as exc:  # the span goes without them
             report("first speech statistics", exc)
         finally:

@@ -77,9 +77,7 @@ async def _link_with_downlink(
     telemetry: FlowsTelemetry, emitted: Emitted, phase: PhaseRecord, sender: Any, pc: Any
 ) -> None:
     try:
-        link = await read_downlink(sender, pc)
-        if link is not None:
-            phase.attributes = downlink_attributes(link)
+        phase.attributes = downlink_attributes(await read_downlink(sender, pc))
     except Exception as exc:  # the span goes without them
         report("first speech statistics", exc)
     finally:

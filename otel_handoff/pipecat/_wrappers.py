@@ -188,7 +188,8 @@ async def wrap_call_handler(
     call = _CALL.get()
     if call is None or not telemetry.enabled:
         return await wrapped(*args, **kwargs)
-    phase = PhaseRecord(sc.PHASE_HANDLER, time.time_ns())
+    # from the Flows function's start: Flows' own steps before the app's handler are its call
+    phase = PhaseRecord(sc.PHASE_HANDLER, call.start_ns)
     try:
         return await wrapped(*args, **kwargs)
     finally:
@@ -284,6 +285,7 @@ def _begin(
             requested_ns=requested,
         )
         state.drop_pending(now)  # Flows drops a tool's pending transition for this one
+    _note_delivery(transition, now)
     node_config = _arg(args, kwargs, 1, "node_config") or {}
     strategy = node_config.get("context_strategy") or getattr(flow_manager, "_context_strategy", None)
     transition.from_node = flow_manager._current_node
@@ -291,6 +293,26 @@ def _begin(
     transition.context_strategy = getattr(getattr(strategy, "strategy", None), "value", None)
     transition.executing_ns = now
     return state, transition
+
+
+def _note_delivery(transition: Transition, now: int) -> None:
+    """The function result's trip back to Flows: from the handler's end (Flows hands the result to
+    the LLM service's callback, which pushes it to the assistant aggregator; the aggregator's task
+    calls ``_check_and_execute_transition``) until ``_set_node`` begins; after the wait for other
+    function calls, when there was one."""
+    if transition.trigger != sc.TRIGGER_TOOL:
+        return
+    wait, handler = (
+        transition.phases.get(sc.PHASE_FUNCTION_CALL_WAIT),
+        transition.phases.get(sc.PHASE_HANDLER),
+    )
+    begun = (
+        wait.end_ns
+        if wait is not None and wait.end_ns
+        else (handler.end_ns if handler is not None and handler.end_ns else transition.requested_ns)
+    )
+    if begun and begun <= now:
+        transition.phases[sc.PHASE_DELIVERY] = PhaseRecord(sc.PHASE_DELIVERY, begun, now)
 
 
 def _end(state: FlowState, transition: Transition) -> None:
@@ -357,7 +379,14 @@ async def _timed(
         return await wrapped(*args, **kwargs)
     types = [str(a.get("type")) for a in actions if isinstance(a, dict)] if actions else None
     attributes = {sc.ACTIONS: types} if types else None
-    phase = transition.phases[name] = PhaseRecord(name, time.time_ns(), attributes=attributes)
+    started = time.time_ns()
+    if name == sc.PHASE_CONTEXT_UPDATE:  # from where Flows sets the node up: after the pre-actions
+        pre = transition.phases.get(sc.PHASE_PRE_ACTIONS)
+        started = min(
+            started,
+            (pre.end_ns if pre is not None and pre.end_ns else 0) or transition.executing_ns or started,
+        )
+    phase = transition.phases[name] = PhaseRecord(name, started, attributes=attributes)
     try:
         return await wrapped(*args, **kwargs)
     except asyncio.CancelledError:

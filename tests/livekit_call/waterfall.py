@@ -6,15 +6,35 @@ before to a point of a span: LiveKit 1.8's own (``eou_wait``, ``llm_node``, ``fu
 ``agent_handoff.first_speech`` and its ``heard_delay``). Only the caller's end is not traced: it
 has no spans, so its way to the agent is the downlink's estimate, the path reversed (:data:`UPLINK`).
 The test holds the figures to what the caller and the worker measured; :func:`table` prints the
-rows the doc shows.
+rows the doc shows. ``docs/livekit.md``'s table is the output of one command on one recorded call
+(:data:`RECORDING`, written by ``tests/test_livekit_call.py`` with ``OTEL_HANDOFF_UPDATE_DOCS=1``)::
+
+    python tests/livekit_call/waterfall.py tests/livekit_call/recorded-call.json
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from receivers import Span
+if TYPE_CHECKING:
+    from receivers import Span
+
+RECORDING = Path(__file__).with_name("recorded-call.json")
+COMMAND = "python tests/livekit_call/waterfall.py tests/livekit_call/recorded-call.json"
+# what of a call's trace its waterfall reads: these spans, these of their attributes
+_RECORDED_SPANS = ("agent_handoff", "function_tool", "agent_turn", "llm_node", "eou_wait", "tts_node")
+_RECORDED_ATTRIBUTES = (
+    "agent_handoff.",
+    "gen_ai.agent.name",
+    "lk.eou.",
+    "lk.response.ttfb",
+    "lk.e2e_latency",
+)
 
 HANDOFF = "agent_handoff"
 FIRST_SPEECH = "agent_handoff.first_speech"
@@ -44,7 +64,7 @@ class Segment:
 
 # the rows' names, in order (the doc's table names the same; parts vary with the handoff)
 SEGMENTS = (
-    "uplink",
+    "uplink (estimate)",
     "endpointing",
     "LLM chose the transfer",
     "tool",
@@ -126,7 +146,7 @@ def waterfall(spans: Sequence[Span], handoff: Span) -> list[Segment]:
     assert ttfb is not None and heard is not None and packet is not None, (voice, speech)
 
     spoke_us = eou["start_us"]
-    rows = [Segment("uplink", UPLINK, spoke_us - (heard - packet) * 1e6, spoke_us)]
+    rows = [Segment(SEGMENTS[0], UPLINK, spoke_us - (heard - packet) * 1e6, spoke_us)]
     cursor = spoke_us
     for name, source, until in (
         (
@@ -169,3 +189,40 @@ def table(rows: Sequence[Segment]) -> str:
     total = rows[-1].end_us - origin
     lines.append(f"| **end of speech → heard** | | **{total / 1000:.1f}** | |")
     return "\n".join(lines)
+
+
+def recording(call: Any, handoff: Span) -> dict[str, Any]:
+    """What one call's waterfall is made of: the spans of its trace it reads (with the attributes
+    it reads), which is the handoff, and the caller's end of speech and first hearing of the new
+    agent."""
+    spans = [
+        {
+            **span,
+            "attributes": {k: v for k, v in span["attributes"].items() if k.startswith(_RECORDED_ATTRIBUTES)},
+        }
+        for span in call.spans
+        if span["name"].startswith(_RECORDED_SPANS)
+    ]
+    return {
+        "spans": spans,
+        "handoff": handoff["span_id"],
+        "end_of_speech_ns": call.caller["end_of_speech_ns"],
+        "first_heard_ns": call.caller["first_heard_ns"]["billing"],
+    }
+
+
+def report(record: dict[str, Any]) -> str:
+    """The doc's table and what the caller measured beside it."""
+    spans = record["spans"]
+    rows = waterfall(spans, next(s for s in spans if s["span_id"] == record["handoff"]))
+    measured = (record["first_heard_ns"] - record["end_of_speech_ns"]) / 1e6
+    traced = (rows[-1].end_us - rows[0].start_us) / 1000
+    side = "under" if traced <= measured else "over"
+    return (
+        f"{table(rows)}\n\nThe caller measured {measured:.1f} ms from its last voiced sample to the first"
+        f" frame of the new agent it received: the trace's figure is {abs(measured - traced):.1f} ms {side}."
+    )
+
+
+if __name__ == "__main__":
+    print(report(json.loads(Path(sys.argv[1]).read_text())))

@@ -1,7 +1,7 @@
 """The caller: an aiortc peer in its own process, one call per command.
 
 Run inside the call's network namespace as ``python caller.py OFFER_URL WORKDIR``; it reads one
-JSON command per line on stdin (``speech``, ``linger``, ``prefetch``) and answers each with one JSON
+JSON command per line on stdin (``speech``, ``linger``) and answers each with one JSON
 line on stdout once the call is over. One process makes every call of a run.
 
 A call: offer a microphone to the bot (``POST /api/offer``, as Pipecat's clients do), hear the
@@ -9,9 +9,8 @@ triage node's greeting to its end, say ``speech`` (espeak-ng), hear the billing 
 ``linger`` seconds, hang up. Every received frame is timed when a speaker would play it: when aiortc
 hands it over, after its jitter buffer, or when the frame before it has played, whichever is later
 (aiortc plays nothing itself: a burst after a stall comes out of its buffer at once), and attributed
-to a node by its tone.
-``prefetch``: the packets aiortc's audio jitter buffer holds before it plays (aiortc's own is 4);
-the caller's buffer is the one thing of the downlink the bot's side cannot know.
+to a node by its tone. aiortc's audio jitter buffer is its own (``prefetch=4`` packets, fixed): the
+caller's buffer is the one thing of the downlink the bot's side cannot know, and the test sets none.
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription, rtcrtpreceiver
-from aiortc.jitterbuffer import JitterBuffer
+from aiortc import MediaStreamTrack, RTCPeerConnection, RTCSessionDescription
 from av import AudioFrame
 from livekit_call import tones
 
@@ -39,7 +37,6 @@ FRAME = SAMPLE_RATE // 50  # 20 ms, as a browser's microphone track hands Opus
 ENDED_AFTER = 5  # frames (100 ms) without a node's tone: it stopped speaking
 STEP_TIMEOUT = 30.0  # seconds any one step of a call may take before the call is reported failed
 FIRST, SECOND = "triage", "billing"
-DEFAULT_PREFETCH = 4  # aiortc's: JitterBuffer(capacity=16, prefetch=4) for audio
 
 
 def speech(text: str) -> np.ndarray:
@@ -148,17 +145,6 @@ class Ears:
             raise RuntimeError(f"the bot left before {what}")
 
 
-def _use_prefetch(prefetch: int) -> None:
-    """aiortc's receivers made from now on buffer ``prefetch`` audio packets before playing."""
-
-    def jitter_buffer(capacity: int, **options: Any) -> JitterBuffer:
-        if not options.get("is_video"):
-            options["prefetch"] = prefetch
-        return JitterBuffer(capacity, **options)
-
-    rtcrtpreceiver.JitterBuffer = jitter_buffer  # type: ignore[attr-defined]
-
-
 async def _offer(url: str, pc: RTCPeerConnection) -> dict[str, Any]:
     body = json.dumps({"sdp": pc.localDescription.sdp, "type": pc.localDescription.type}).encode()
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
@@ -181,7 +167,6 @@ async def inbound(pc: RTCPeerConnection) -> dict[str, Any]:
 
 
 async def call(url: str, workdir: Path, command: dict[str, Any]) -> dict[str, Any]:
-    _use_prefetch(command.get("prefetch", DEFAULT_PREFETCH))
     result: dict[str, Any] = {"command": command}
     pc = RTCPeerConnection()
     ears = Ears()

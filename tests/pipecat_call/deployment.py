@@ -23,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import netns
+import shaper
 import stack
 from receivers import Span, wait_until
 
 HERE = Path(__file__).resolve().parent
 TESTS = HERE.parent
 SECOND_NODE = "billing"
-PORT = 7860  # the runner's default, on the namespace's own loopback
+PORT = 7860  # the runner's default
 ARRIVAL_SECONDS = 5.0  # a call's transition must be in Jaeger this soon after the caller left
 READ_BACK_SECONDS = 5.0  # once the bot has exited, what was sent is in Jaeger within moments
 CALL_TIMEOUT = 90.0  # one call, however slow the machine: the caller's own steps time out sooner
@@ -39,18 +40,17 @@ FIRST_SPEECH = "agent_handoff.first_speech"
 CONVERSATION_ID = "gen_ai.conversation.id"
 # each call's one trace: the runner's request, Pipecat's conversation and turn, the transition
 EXPECTED_IN_TRACE = ("POST /api/offer", "conversation", "turn", HANDOFF, FIRST_SPEECH)
-# the veth pair's address inside the namespace: aiortc gathers no candidates on a loopback
-MEDIA_ADDRESS = "10.250.0.1"
+# the bot's and the caller's ends of the shaped link (``shaper.wire``): the caller reaches the
+# runner there, and the media goes that way (aiortc gathers no candidates on a loopback)
+BOT_ADDRESS, CALLER_ADDRESS = "10.250.0.1", "10.250.0.2"
 
 
 @dataclass(frozen=True)
 class Call:
-    """What the caller does: says ``speech``, stays ``linger`` seconds after the reply; its jitter
-    buffer holds ``prefetch`` packets (aiortc's own: 4)."""
+    """What the caller does: says ``speech``, stays ``linger`` seconds after the reply."""
 
     speech: str
     linger: float = 0.0
-    prefetch: int = 4
 
 
 @dataclass
@@ -84,26 +84,31 @@ class Deployment:
     seconds: float = 0.0
     requests: list[Span] = field(default_factory=list)  # the runner's own spans (its web requests)
     all_spans: list[Span] = field(default_factory=list)
+    link: shaper.Link | None = None  # the link between the bot and the caller
+    shaped: list[dict[str, Any]] = field(default_factory=list)  # what the shaper applied (its record)
 
     def bot_log(self) -> str:
         return (self.workdir / f"bot-{self.name}.log").read_text(errors="replace")
 
 
 class Caller:
-    """``caller.py`` in the namespace, its stdin and stdout piped: one call per command."""
+    """``caller.py`` in the caller's namespace, its stdin and stdout piped: one call per command."""
 
-    def __init__(self, space: netns.Namespace, workdir: Path, env: dict[str, str]) -> None:
+    def __init__(self, space: netns.Namespace, workdir: Path, env: dict[str, str], script: str) -> None:
         # the caller stands for a device of its own: the load on this machine (the bot's, and the
-        # test's stress) must not delay when it reads what it hears, so it runs at a higher priority
+        # test's stress) must not delay when it reads what it hears, so aiortc's runs at a higher
+        # priority; Chromium does not (its several processes would starve the bot's audio: seen as
+        # the bot's packets leaving 80-130 ms apart, and the browser's buffer growing)
+        nice = "-10" if script == "caller.py" else "0"
         command = [
-            *("nice", "-n", "-10"),
+            *("nice", "-n", nice),
             *("nsenter", "-t", str(space.holder.pid), "--net", "--mount", f"--wd={workdir}"),
-            *(sys.executable, str(HERE / "caller.py"), f"http://localhost:{PORT}/api/offer", str(workdir)),
+            *(sys.executable, str(HERE / script), f"http://{BOT_ADDRESS}:{PORT}/api/offer", str(workdir)),
         ]
         self.peer = stack.JsonLinePeer(space, command, workdir / "caller.log", env, "the caller to start")
 
     def call(self, call: Call) -> dict[str, Any]:
-        command = {"speech": call.speech, "linger": call.linger, "prefetch": call.prefetch}
+        command = {"speech": call.speech, "linger": call.linger}
         return self.peer.ask(command, "a call", CALL_TIMEOUT)
 
     def close(self) -> None:
@@ -162,16 +167,24 @@ def arrived_within(check: Callable[[], bool], timeout: float) -> float | None:
 
 
 # --- the deployment -------------------------------------------------------------------------------
-def media_link(space: netns.Namespace) -> None:
-    """A veth pair inside the namespace, one end addressed: aiortc's host candidate."""
-    inside = ["nsenter", "-t", str(space.holder.pid), "--net", "ip"]
-    for args in (
-        ["link", "add", "pc-media", "type", "veth", "peer", "name", "pc-peer"],
-        ["addr", "add", f"{MEDIA_ADDRESS}/32", "dev", "pc-media"],
-        ["link", "set", "pc-peer", "up"],
-        ["link", "set", "pc-media", "up"],
-    ):
-        subprocess.run([*inside, *args], check=True, capture_output=True)
+@dataclass
+class Network:
+    """The bot's namespace (with Jaeger), the caller's, and the wire between them (``shaper.py``)."""
+
+    bot: netns.Namespace
+    caller: netns.Namespace
+    wire: netns.Namespace
+    interfaces: tuple[str, str]
+
+    @classmethod
+    def create(cls, bot: netns.Namespace, workdir: Path) -> Network:
+        caller, wire = netns.Namespace.create(workdir / "caller"), netns.Namespace.create(workdir / "wire")
+        interfaces = shaper.wire(bot, caller, wire, "pc", (BOT_ADDRESS, CALLER_ADDRESS))
+        return cls(bot, caller, wire, interfaces)
+
+    def stop(self) -> None:
+        self.caller.stop()
+        self.wire.stop()
 
 
 def environment(service: str, measurements: Path, **extra: str) -> dict[str, str]:
@@ -195,15 +208,39 @@ def _serving(log: Path) -> bool:
 
 
 def deploy(
-    space: netns.Namespace, jaeger: stack.Jaeger, name: str, calls: Sequence[Call], **env: str
+    network: Network,
+    link: shaper.Link,
+    jaeger: stack.Jaeger,
+    name: str,
+    calls: Sequence[Call],
+    browser: bool = False,
+    **env: str,
 ) -> Deployment:
-    """Run ``calls`` one after another against a fresh runner, then SIGTERM it; record it all."""
+    """Run ``calls`` one after another against a fresh runner across ``link``, then SIGTERM it;
+    record it all, what the shaper applied included. The caller is aiortc's (``caller.py``), or
+    with ``browser`` Chromium (``browser.py``)."""
+    space = network.bot
+    record = space.workdir / f"shaped-{name}.json"
+    forwarder = shaper.start(network.wire, network.interfaces, link, record, seed=len(name))
+    try:
+        deployment = _deploy(network, jaeger, name, calls, "browser.py" if browser else "caller.py", **env)
+    finally:
+        netns.stop(forwarder)
+    deployment.link = link
+    deployment.shaped = shaper.read_record(record) if record.exists() else []
+    return deployment
+
+
+def _deploy(
+    network: Network, jaeger: stack.Jaeger, name: str, calls: Sequence[Call], script: str, **env: str
+) -> Deployment:
+    space = network.bot
     started = time.monotonic()
     service = f"pipecat-support-{name}"
     measurements = space.workdir / f"measure-{name}.jsonl"
     environment_ = environment(service, measurements, **env)
     log = space.workdir / f"bot-{name}.log"
-    command = [sys.executable, str(HERE / "bot.py"), "-t", "webrtc", "--host", "localhost"]
+    command = [sys.executable, str(HERE / "bot.py"), "-t", "webrtc", "--host", "0.0.0.0"]
     bot = space.start([*command, "--port", str(PORT)], log, environment_)
     deployment = Deployment(name, service, space.workdir)
     caller = None
@@ -213,7 +250,7 @@ def deploy(
         )
         assert bot.poll() is None, f"the runner exited: {stack._tail(log)}"
         caller_env = {k: v for k, v in environment_.items() if not k.startswith("OTEL_")}
-        caller = Caller(space, space.workdir, caller_env)
+        caller = Caller(network.caller, space.workdir, caller_env, script)
         for number, call in enumerate(calls, 1):
             record = CallRecord(call, caller.call(call), time.monotonic())
             deployment.calls.append(record)

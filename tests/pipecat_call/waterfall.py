@@ -7,15 +7,27 @@ STT's endpointing are on no span (the caller has none; the scripted STT, like a 
 streaming STT, reports no end of speech): they come from the bot's instruments (``measure.py``:
 when the caller's voice stopped reaching the STT, when it pushed the transcript), and the docs say
 so. The ↳ rows are the transition's phases, inside its row.
+
+``docs/pipecat.md``'s table is the output of one command, from one recorded call (:data:`RECORDING`,
+written by ``tests/test_pipecat_call.py`` with ``OTEL_HANDOFF_UPDATE_DOCS=1``)::
+
+    python tests/pipecat_call/waterfall.py tests/pipecat_call/recorded-call.json
 """
 
 from __future__ import annotations
 
+import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from receivers import Span
+if TYPE_CHECKING:
+    from receivers import Span
+
+RECORDING = Path(__file__).with_name("recorded-call.json")
+COMMAND = "python tests/pipecat_call/waterfall.py tests/pipecat_call/recorded-call.json"
 
 SEGMENTS = (
     "uplink",
@@ -26,7 +38,8 @@ SEGMENTS = (
     "downlink",
 )
 SOURCES = {
-    "uplink": "not traced: the STT hears the caller's voice stop (bot's instrument)",
+    "uplink": "measured, not traced: the caller's last voiced sample to the STT hearing it stop"
+    " (bot's instrument)",
     "endpointing": "not traced: the STT's 300 ms of silence, to its transcript (bot's instrument)",
     "turn end, model, function call": "to the start of `agent_handoff`",
     "agent_handoff": "`agent_handoff`",
@@ -106,3 +119,46 @@ def table(rows: Sequence[Row]) -> str:
     total = (rows[-1].end_us - origin) / 1000
     lines.append(f"| **end of speech → heard** | | **{total:.1f}** | |")
     return "\n".join(lines)
+
+
+def recording(call: Any, speech: Span, written_ns: int, transcribed: dict[str, Any]) -> dict[str, Any]:
+    """What one call's waterfall is made of: its transition, the transition's phases and first
+    speech (Jaeger's spans), the caller's end of speech and first hearing of the new node, the
+    bot's first write of it and its STT's transcript (the bot's instruments)."""
+    handoff = next(s for s in call.spans if s["span_id"] in speech["links"])
+    phases = [s for s in call.spans if s["parent_id"] == handoff["span_id"]]
+    return {
+        "handoff": handoff,
+        "phases": phases,
+        "first_speech": speech,
+        "end_of_speech_ns": call.caller["end_of_speech_ns"],
+        "first_heard_ns": call.caller["first_heard_ns"]["billing"],
+        "written_ns": written_ns,
+        "transcribed": transcribed,
+    }
+
+
+def waterfall_of(record: dict[str, Any]) -> list[Row]:
+    return waterfall(
+        record["phases"],
+        record["handoff"],
+        record["first_speech"],
+        record["end_of_speech_ns"],
+        record["transcribed"],
+    )
+
+
+def report(record: dict[str, Any]) -> str:
+    """The doc's table and what the caller measured beside it."""
+    rows = waterfall_of(record)
+    measured = (record["first_heard_ns"] - record["end_of_speech_ns"]) / 1e6
+    traced = (rows[-1].end_us - rows[0].start_us) / 1000
+    side = "under" if traced <= measured else "over"
+    return (
+        f"{table(rows)}\n\nThe browser played the new node's first audio {measured:.1f} ms after the caller's"
+        f" last voiced sample: the table is {abs(measured - traced):.1f} ms {side}."
+    )
+
+
+if __name__ == "__main__":
+    print(report(json.loads(Path(sys.argv[1]).read_text())))
