@@ -110,7 +110,10 @@ FRAMEWORKS: tuple[Framework, ...] = (
         instruments=("pipecat-ai>=1.5.0",),
         distributions=("pipecat-ai",),
         modules=("pipecat.flows", "pipecat.workers"),
-        starts_at=(("pipecat.flows.manager", "FlowManager.__init__"),),
+        starts_at=(
+            ("pipecat.flows.manager", "FlowManager.__init__"),
+            ("pipecat.workers.runner", "WorkerRunner.__init__"),  # a multi-agent session's runner
+        ),
         demo_module="pipecat.flows",
         span_framework="pipecat-flows",
         duration="the sum of the work phases (no waits)",

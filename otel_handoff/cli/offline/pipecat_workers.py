@@ -79,8 +79,9 @@ class PlayingOutput(SpeakerOutput):
     in real time in a task of its own, the bot speaking from a run's first audio until its queue is
     empty (so a flush passes while the old audio still plays, as through a real transport)."""
 
-    def __init__(self) -> None:
+    def __init__(self, realtime: bool = True) -> None:
         super().__init__(paced=False)
+        self.realtime = realtime  # False: each frame "plays" in one turn of the loop (a bench's)
         self.speaking = False
         self._queued: asyncio.Queue[float] = asyncio.Queue()
         self._player: asyncio.Task[None] | None = None
@@ -108,7 +109,8 @@ class PlayingOutput(SpeakerOutput):
 
     async def _play(self) -> None:
         while True:
-            await asyncio.sleep(await self._queued.get())
+            seconds = await self._queued.get()
+            await asyncio.sleep(seconds if self.realtime else 0)
             if self._queued.empty():
                 self.speaking = False
                 await self.broadcast_frame(BotStoppedSpeakingFrame)
@@ -207,15 +209,16 @@ async def run_workers(
     settle: bool = True,
     then: Callable[[PipelineWorker, PlayingOutput], Awaitable[Any]] | None = None,
     interrupt_drain: bool = False,
+    realtime: bool = True,
 ) -> WorkersRun:
     """One conversation on an ``AsyncQueueBus``: ``first`` active, the user saying ``says`` (each
     once the bot is quiet again), until ``until_active`` has answered and the bot is quiet again
     (``settle=False``: until it answered; two agents left active answer each other for ever); then
     ``then(session, output)``, if given. ``interrupt_drain``: the caller interrupts as ``first``
-    starts draining to hand over."""
+    starts draining to hand over. ``realtime=False``: the output plays without waiting (a bench)."""
     progress = Progress()
     runner = WorkerRunner(handle_sigint=False)
-    output = PlayingOutput()
+    output = PlayingOutput(realtime)
     output.progress = progress
     session = session_worker(runner.bus, output)
     workers = {
