@@ -20,6 +20,7 @@ RESULTS = ROOT / "bench" / "results"
 OVERHEAD_PAGE = (ROOT / "docs" / "overhead.md").read_text()
 EXPORT_PAGE = (ROOT / "docs" / "export.md").read_text()
 EVERY_FRAMEWORK = {
+    "pipecat-workers",  # the Pipecat instrumentor's second part: its own span framework
     "livekit",
     "ag2",
     "pipecat-flows",

@@ -12,10 +12,13 @@ import pytest
 pytest.importorskip("pipecat.workers", reason="needs pipecat-ai >= 1.3.0 (pipecat.workers)")
 
 import itertools
+from importlib.metadata import version
 
 from loguru import logger
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
+from packaging.version import Version
+from pipecat.pipeline.worker import PipelineWorker
 from support import Spans
 
 from otel_handoff.cli.offline import pipecat_workers as pw
@@ -23,6 +26,11 @@ from otel_handoff.core import schema as sc
 from otel_handoff.pipecat import PipecatHandoffInstrumentor
 
 logger.remove()  # Pipecat logs every frame at DEBUG through loguru
+
+# the session's assistant aggregator holds the new model call while the old audio plays (1.13 and later)
+HOLDS_CONTEXT = Version(version("pipecat-ai")) >= Version("1.13.0")
+# PipelineWorker drains before it hands over (1.8 and later); before, LLMWorker finishes the call in the tool
+DRAINS = "activate_worker" in vars(PipelineWorker)
 
 TRIAGE = [
     "Hello, this is triage.",
@@ -53,14 +61,20 @@ async def test_one_handoff_has_its_phases_in_order(workers: Spans) -> None:
     assert attributes[sc.TRIGGER] == sc.TRIGGER_TOOL and attributes[sc.GEN_AI_TOOL_NAME] == "transfer_to"
     found = phases(workers, handoff)
     order = ["handler", "drain", "bus_crossing", "setup", "await_old_audio", "first_output"]
+    if not HOLDS_CONTEXT:  # the new worker answers at once; its audio queues behind the old one's
+        order.remove("await_old_audio")
     assert list(found) == order
     ordered = [found[name] for name in order]
     assert handoff.start_time == ordered[0].start_time and handoff.end_time == ordered[-1].end_time
     for before, after in itertools.pairwise(ordered):
         assert before.end_time == after.start_time  # back to back: nothing unattributed
     assert sc.UNATTRIBUTED_DURATION not in attributes
+    if not HOLDS_CONTEXT:  # the new audio queues behind the old at the transport: no trace of it
+        assert workers.named(sc.SPAN_FIRST_SPEECH) == []
+        return
     # the old agent's audio (35 characters, 0.7 s) still played when billing was set up
-    assert found["await_old_audio"].end_time - found["await_old_audio"].start_time > 100_000_000
+    waited = found["await_old_audio"]
+    assert waited.end_time - waited.start_time > 100_000_000
     (speech,) = workers.named(sc.SPAN_FIRST_SPEECH)
     assert speech.links[0].context.span_id == handoff.context.span_id
     assert speech.end_time >= handoff.end_time
@@ -106,6 +120,7 @@ async def test_pipecat_does_the_same_with_and_without_us(instrument: Any, spans:
     assert "TTSAudioRawFrame" in plain.frames
 
 
+@pytest.mark.skipif(not DRAINS, reason="before pipecat-ai 1.8 the worker finishes the call in the tool")
 async def test_a_handoff_cancelled_by_an_interruption_ends(workers: Spans) -> None:
     """A transfer tool left cancellable (``@tool``'s default) is cancelled when the caller speaks
     during the drain: the handoff ends there, skipped, and nothing of ours stays open."""

@@ -153,14 +153,15 @@ def _worker_wrap_points(telemetry: Any) -> list[WrapPoint]:
     return [
         (_LLM_WORKER, "LLMWorker._track_tool_call", with_telemetry(w.wrap_track_tool_call, telemetry)),
         (_LLM_WORKER, "LLMWorker.activate_worker", with_telemetry(w.wrap_request, telemetry)),
-        # before 1.8 inherited from BaseWorker (no drain of its own): wrapped on PipelineWorker alone
-        (_PIPELINE_WORKER, "PipelineWorker.activate_worker", with_telemetry(w.wrap_handover, telemetry)),
         (_BASE_WORKER, "BaseWorker.activate_worker", with_telemetry(w.wrap_send, telemetry)),
+        # before 1.8 inherited from BaseWorker (no drain of its own): wrapped on PipelineWorker alone,
+        # after BaseWorker's, so it wraps that wrapper
+        (_PIPELINE_WORKER, "PipelineWorker.activate_worker", with_telemetry(w.wrap_handover, telemetry)),
         (_BASE_WORKER, "BaseWorker._handle_worker_activate", with_telemetry(w.wrap_receive, telemetry)),
         (_BASE_WORKER, "BaseWorker._maybe_activate", with_telemetry(w.wrap_maybe_activate, telemetry)),
         (
             "pipecat.bus.messages",
-            "BusActivateWorkerMessage.__post_init__",
+            "BusActivateWorkerMessage.__init__",
             with_telemetry(w.wrap_message_init, telemetry),
         ),
         ("pipecat.bus.bus", "WorkerBus.stop", with_telemetry(w.wrap_bus_stop, telemetry)),

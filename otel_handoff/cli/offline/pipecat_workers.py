@@ -210,12 +210,14 @@ async def run_workers(
     then: Callable[[PipelineWorker, PlayingOutput], Awaitable[Any]] | None = None,
     interrupt_drain: bool = False,
     realtime: bool = True,
+    until_all_said: bool = False,
 ) -> WorkersRun:
     """One conversation on an ``AsyncQueueBus``: ``first`` active, the user saying ``says`` (each
     once the bot is quiet again), until ``until_active`` has answered and the bot is quiet again
     (``settle=False``: until it answered; two agents left active answer each other for ever); then
     ``then(session, output)``, if given. ``interrupt_drain``: the caller interrupts as ``first``
-    starts draining to hand over. ``realtime=False``: the output plays without waiting (a bench)."""
+    starts draining to hand over. ``realtime=False``: the output plays without waiting (a bench).
+    ``until_all_said``: until every agent has given every scripted answer."""
     progress = Progress()
     runner = WorkerRunner(handle_sigint=False)
     output = PlayingOutput(realtime)
@@ -254,12 +256,13 @@ async def run_workers(
         if until_active is not None:
             target = workers[until_active]
             await progress.until(lambda: target.model.answered > 0, f"{until_active} never answered")
-        if settle:
-            if until_active is not None:
-                spoken = workers[until_active].model.spoken_ends
-                await progress.until(
-                    lambda: all(id(end) in output.ends for end in spoken), "its answer never came out"
-                )
+        if until_all_said:
+            await progress.until(lambda: not any(w.model.replies for w in workers.values()), "answers left")
+        if settle:  # every spoken answer's audio out (its TTSStoppedFrame), the bot quiet again
+            spoken = lambda: sum(len(w.model.spoken_ends) for w in workers.values())  # noqa: E731
+            await progress.until(
+                lambda: output.seen.count("TTSStoppedFrame") >= spoken(), "an answer never came out"
+            )
             await _quiet(output)
         if then is not None:
             await then(session, output)
