@@ -51,6 +51,7 @@ GUARDS = {
     "ag2": 1.40,
     "openai-agents": 1.40,
     "pipecat-flows": 1.5,
+    "pipecat-workers": 1.5,  # the Pipecat guard: its first speech too is observed per bot speech
     "google-adk": 1.40,
     "langgraph": 1.40,
     "llama-index": 1.40,
@@ -104,6 +105,26 @@ def _scenarios() -> list[Scenario]:
 
         found.append(
             Scenario("pipecat-flows", "a tool transition", flows, PipecatFlowsHandoffInstrumentor, 1)
+        )
+    except ImportError:
+        pass
+    try:
+        from otel_handoff.cli.offline import pipecat_workers as pw
+        from otel_handoff.pipecat import PipecatHandoffInstrumentor
+
+        async def workers() -> None:
+            triage = ["Hello.", ("Over to billing.", [("transfer_to", {"agent": "billing"})]), "Back here."]
+            await pw.run_workers(
+                {"triage": triage, "billing": [("Back to triage.", [("transfer_to", {"agent": "triage"})])]},
+                ["hi", "billing please"],
+                realtime=False,
+                until_all_said=True,
+            )
+
+        found.append(
+            Scenario(
+                "pipecat-workers", "2 worker handoffs on one bus", workers, PipecatHandoffInstrumentor, 2
+            )
         )
     except ImportError:
         pass

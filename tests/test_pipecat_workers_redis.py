@@ -20,15 +20,25 @@ import pytest
 
 pytest.importorskip("pipecat.bus.network.redis", reason="needs pipecat-ai[redis] (redis-py)")
 
+from pipecat.pipeline.worker import PipelineWorker
+
 from otel_handoff.cli.span_sources import SpanRecord, read_spans
 from otel_handoff.cli.summary import collect_handoffs
 from otel_handoff.core import schema as sc
 
 APP = Path(__file__).parent / "pipecat_workers" / "app.py"
 ROOT = Path(__file__).resolve().parents[1]
-REDIS = shutil.which("redis-server", path=str(Path(sys.executable).parent)) or shutil.which("redis-server")
+# linked into the test venv by .ci/install-receivers.sh; else where it unpacks it (a matrix cell's venv)
+REDIS = (
+    shutil.which("redis-server", path=str(Path(sys.executable).parent))
+    or shutil.which(
+        "redis-server", path=os.environ.get("REDIS_DIR", str(Path.home() / ".cache/otel-handoff/redis"))
+    )
+    or shutil.which("redis-server")
+)
 STARTUP_TIMEOUT = 30.0
 RUN_TIMEOUT = 120.0
+DRAINS = "activate_worker" in vars(PipelineWorker)  # PipelineWorker drains before it hands over (1.8+)
 
 
 @dataclass
@@ -133,6 +143,7 @@ def test_one_trace_one_handoff_the_receiving_side_under_the_asking_side(crossing
         print(f"{name:>14} {(child.end_ns - child.start_ns) / 1e6:10.1f} ms")  # with -s: the numbers
 
 
+@pytest.mark.skipif(not DRAINS, reason="before pipecat-ai 1.8 no drain precedes the handover")
 def test_the_drain_shows_pipecats_lost_flush_signal(crossing: Crossing) -> None:
     """Over Redis the flush probe's event does not survive serialisation: the handing-over worker's
     drain waits until its flush gives up (5 s of no progress, after the progress it was told of)."""

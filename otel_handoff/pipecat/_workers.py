@@ -149,6 +149,7 @@ class WorkersTelemetry(HandoffTelemetry):
     awaiting: weakref.WeakKeyDictionary[Any, WorkerHandoff] = field(default_factory=weakref.WeakKeyDictionary)
     adapter: Any = None  # our JSONMessageSerializer adapter for activations
     shapes: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
+    sessions: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
     # the session's assistant aggregator holds a model call asked for while the bot speaks (1.13+)
     holds_context: bool = False
 
@@ -636,24 +637,37 @@ class _Shape(NamedTuple):
 def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
     found = telemetry.shapes.get(worker)
     if found is None:
-        found = telemetry.shapes[worker] = _find_shape(worker)
+        from pipecat.services.tts_service import TTSService
+
+        pipeline = getattr(worker, "_pipeline", None)
+        has_tts = any(isinstance(p, TTSService) for p in processors(pipeline))
+        session, aggregators = _session(telemetry, worker)
+        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators)
     return found
 
 
-def _find_shape(worker: Any) -> _Shape:
+def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...]]:
+    """The worker of this process that bridges the agents to the output, and its assistant
+    aggregators; found once per bus (a session's workers share one)."""
+    bus = getattr(worker, "_bus", None)
+    found = telemetry.sessions.get(bus) if bus is not None else None
+    if found is not None and found[0] is not None and found[0]() is not None:
+        return found
     from pipecat.bus.bridge_processor import BusBridgeProcessor
     from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
-    from pipecat.services.tts_service import TTSService
 
-    has_tts = any(isinstance(p, TTSService) for p in processors(getattr(worker, "_pipeline", None)))
+    found = (None, ())
     for other in _local_workers(worker):
-        if other is worker:
-            continue
-        found = list(processors(getattr(other, "_pipeline", None)))
-        aggregators = tuple(p for p in found if isinstance(p, LLMAssistantAggregator))
-        if aggregators and any(isinstance(p, BusBridgeProcessor) for p in found):
-            return _Shape(has_tts, weakref.ref(other), aggregators)
-    return _Shape(has_tts, None, ())
+        if other is worker or getattr(other, "_bridged", None) is not None:
+            continue  # a bridged worker is an agent, not the session
+        inside = list(processors(getattr(other, "_pipeline", None)))
+        aggregators = tuple(p for p in inside if isinstance(p, LLMAssistantAggregator))
+        if aggregators and any(isinstance(p, BusBridgeProcessor) for p in inside):
+            found = (weakref.ref(other), aggregators)
+            break
+    if bus is not None and found[0] is not None:
+        telemetry.sessions[bus] = found
+    return found
 
 
 def _holds_context() -> bool:
