@@ -131,3 +131,25 @@ async def test_a_handoff_cancelled_by_an_interruption_ends(workers: Spans) -> No
     assert handoff.attributes[sc.OUTCOME] == sc.OUTCOME_SKIPPED
     assert handoff.attributes[sc.ERROR_TYPE] == sc.ERROR_CANCELLED
     assert list(phases(workers, handoff)) == ["handler", "drain"]
+
+
+async def test_uninstrument_leaves_no_wrapper_handler_or_filter(instrument: Any, spans: Spans) -> None:
+    from pipecat.bus.messages import BusActivateWorkerMessage
+    from pipecat.workers.base_worker import BaseWorker
+    from pipecat.workers.llm import LLMWorker
+    from wrapt import ObjectProxy
+
+    instrumentor = instrument(PipecatHandoffInstrumentor)
+    await pw.run_workers({"triage": TRIAGE, "billing": BILLING}, SAYS, until_active="billing")
+    assert len(spans.handoffs()) == 1
+    instrumentor.uninstrument()
+    methods = [
+        vars(BaseWorker)["activate_worker"],
+        vars(BaseWorker)["_handle_worker_activate"],
+        vars(LLMWorker)["_track_tool_call"],
+        vars(BusActivateWorkerMessage)["__init__"],
+    ]
+    assert not any(isinstance(m, ObjectProxy) for m in methods)
+    plain = await pw.run_workers({"triage": TRIAGE, "billing": BILLING}, SAYS, until_active="billing")
+    assert plain.active == {"triage": False, "billing": True}
+    assert len(spans.handoffs()) == 1  # nothing more once uninstrumented
