@@ -109,7 +109,9 @@ FRAMEWORKS: tuple[Framework, ...] = (
         extra_requires=("pipecat-ai>=1.5.0",),  # pipecat.flows, inside pipecat-ai since 1.5.0
         instruments=("pipecat-ai>=1.5.0",),
         distributions=("pipecat-ai",),
-        modules=("pipecat.flows", "pipecat.workers"),
+        # the runner, not the package: pipecat.workers is imported while pipecat.pipeline.worker is
+        # half-initialised (it imports the base worker), the runner once that module is whole
+        modules=("pipecat.flows", "pipecat.workers.runner"),
         starts_at=(
             ("pipecat.flows.manager", "FlowManager.__init__"),
             ("pipecat.workers.runner", "WorkerRunner.__init__"),  # a multi-agent session's runner

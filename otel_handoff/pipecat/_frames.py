@@ -12,6 +12,7 @@ change what its handler gets: there nothing is awaited (the phase is left out).
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ class FrameAwaited:
         types: tuple[type, ...],
         arrived: Callable[[int, Any], None],
     ) -> None:
-        self._worker = worker
+        self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
         self._event, filter_property, self._set_filter = edge
         self._types = types
         self.arrived = arrived
@@ -65,7 +66,9 @@ class FrameAwaited:
         if not self.listening:
             return
         self.listening = False
-        worker = self._worker
+        worker = self._worker()
+        if worker is None:
+            return
         worker.remove_event_handler(self._event, self._handler)
         if self._added:
             filter_property = (

@@ -76,10 +76,12 @@ class WorkerHandoff:
     from_inactive: bool = False  # the worker had handed off already: its target is active beside
     conversation: Conversation | None = None  # the sender's (in its process)
     parent: otel_context.Context | None = None  # the sender's span, where the app traces one
-    pending: Any = None  # LLMWorker's held handover for this request, while held
+    pending: int = 0  # id() of LLMWorker's held handover for this request (it holds the worker)
     awaited: list[FrameAwaited] = field(default_factory=list)
     emitted: Emitted | None = None
     done: bool = False
+    speech_ns: int = 0  # the session started speaking before the first output was seen
+    outcome_completed: bool = False
 
     def phase(self, name: str, end_ns: int) -> None:
         """The phase that began at ``stage_ns`` ends at ``end_ns``; the next begins there."""
@@ -150,6 +152,7 @@ class WorkersTelemetry(HandoffTelemetry):
     adapter: Any = None  # our JSONMessageSerializer adapter for activations
     shapes: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
     sessions: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
+    speech: weakref.WeakKeyDictionary[Any, FrameAwaited] = field(default_factory=weakref.WeakKeyDictionary)
     # the session's assistant aggregator holds a model call asked for while the bot speaks (1.13+)
     holds_context: bool = False
 
@@ -264,11 +267,11 @@ def _held(telemetry: WorkersTelemetry, worker: Any, request: WorkerHandoff, befo
     after = getattr(worker, "_pending_handover", None)
     if after is None or after is before:
         return
-    request.pending = after
+    request.pending = id(after)
     if before is None:
         return
     for dropped in telemetry.requests.get(worker, ()):
-        if dropped.pending is before and not dropped.done:
+        if dropped.pending == id(before) and not dropped.done:
             telemetry.requests[worker].remove(dropped)
             dropped.done = True
             now = time.time_ns()
@@ -313,7 +316,7 @@ def _handing(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHan
         return None
     _hand_on(telemetry, worker)
     handoff = _take_request(telemetry, worker, target)
-    handoff.pending = None
+    handoff.pending = 0
     if handoff.trigger == sc.TRIGGER_TOOL:
         handoff.phase(sc.PHASE_HANDLER, handoff.asked_ns or time.time_ns())
     return handoff
@@ -476,65 +479,76 @@ def _set_up(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) ->
     now = time.time_ns()
     handoff.phase(sc.PHASE_SETUP, now)
     telemetry.awaiting[worker] = handoff
-    speaking = _speaking_session(_shape(telemetry, worker)) if telemetry.holds_context else None
-    if speaking is not None:
+    speaking = _speaking_session(_shape(telemetry, worker))
+    if speaking is not None and telemetry.holds_context:
         awaited = FrameAwaited(
             speaking,
             UPSTREAM,
             (_frames().BotStoppedSpeakingFrame,),
-            functools.partial(_old_audio_stopped, telemetry, worker, handoff),
+            functools.partial(_old_audio_stopped, telemetry, weakref.ref(worker), handoff),
         )
         if awaited.listening:
             handoff.awaited.append(awaited)
             return
-    _await_output(telemetry, worker, handoff)
+    _await_output(telemetry, worker, handoff, quiet=speaking is None)
 
 
 def _old_audio_stopped(
-    telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff, now: int, _: Any
+    telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff, now: int, _: Any
 ) -> None:
-    if handoff.done:
+    worker = ref()
+    if handoff.done or worker is None:
         return
     handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, now)
-    _await_output(telemetry, worker, handoff)
+    _await_output(telemetry, worker, handoff, quiet=True)
 
 
-def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) -> None:
+def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff, *, quiet: bool) -> None:
+    """The new worker's first output; and, where the bot is quiet now, the session's next start of speech."""
     frames = _frames()
-    kind = (frames.TTSAudioRawFrame,) if _shape(telemetry, worker).has_tts else (frames.LLMTextFrame,)
+    shape = _shape(telemetry, worker)
+    kind = (frames.TTSAudioRawFrame,) if shape.has_tts else (frames.LLMTextFrame,)
     awaited = FrameAwaited(
-        worker, DOWNSTREAM, kind, functools.partial(_first_output, telemetry, worker, handoff)
+        worker, DOWNSTREAM, kind, functools.partial(_first_output, telemetry, weakref.ref(worker), handoff)
     )
-    if awaited.listening:
-        handoff.awaited.append(awaited)
-    else:  # the app's own handler is on the sink's event: no first output of ours
+    if not awaited.listening:  # the app's own handler is on the sink's event: no first output of ours
         _finish(telemetry, handoff, handoff.stage_ns)
+        return
+    handoff.awaited.append(awaited)
+    # the session's first start of speech from now on: awaited from here, as the new audio can reach
+    # the output before the first output's handler runs (Pipecat runs it in a task of its own); where
+    # the old audio still plays (before 1.13) the new follows it in one run of speech, unmarked
+    session = shape.session() if shape.session is not None else None
+    if session is not None and quiet:
+        speech = FrameAwaited(
+            session,
+            UPSTREAM,
+            (frames.BotStartedSpeakingFrame,),
+            functools.partial(_first_speech, telemetry, handoff),
+        )
+        if speech.listening:
+            earlier = telemetry.speech.get(session)
+            if earlier is not None:
+                earlier.stop()  # a handoff whose new worker never spoke: no first speech for it
+            telemetry.speech[session] = speech
 
 
-def _first_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff, now: int, _: Any) -> None:
-    if handoff.done:
+def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff, now: int, _: Any) -> None:
+    worker = ref()
+    if handoff.done or worker is None:
         return
     handoff.phase(sc.PHASE_FIRST_OUTPUT, now)
     if telemetry.awaiting.get(worker) is handoff:
         del telemetry.awaiting[worker]
     _finish(telemetry, handoff, now)
-    shape = _shape(telemetry, worker)
-    session = shape.session() if shape.session is not None else None
-    # where the old audio still plays (before 1.13), the new audio follows it in one run of speech:
-    # no start of speech will mark it, so there is no first speech to await
-    if session is not None and handoff.emitted is not None and _speaking_session(shape) is None:
-        awaited = FrameAwaited(
-            session,
-            UPSTREAM,
-            (_frames().BotStartedSpeakingFrame,),
-            functools.partial(_first_speech, telemetry, handoff),
-        )
-        if awaited.listening:
-            handoff.awaited.append(awaited)
+    if handoff.speech_ns:  # the speech started before this handler ran
+        _first_speech(telemetry, handoff, handoff.speech_ns, None)
 
 
 def _first_speech(telemetry: WorkersTelemetry, handoff: WorkerHandoff, now: int, _: Any) -> None:
-    if handoff.emitted is not None:
+    if handoff.emitted is None:
+        handoff.speech_ns = now  # emitted with the handoff, once its first output is seen
+    elif handoff.outcome_completed:
         emit_linked(telemetry, handoff.emitted, PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, now))
 
 
@@ -551,6 +565,7 @@ def _finish(
         name = sc.PHASE_FIRST_OUTPUT if sc.PHASE_SETUP in handoff.phases else sc.PHASE_SETUP
         if name not in handoff.phases:
             handoff.phase(name, end_ns)
+    handoff.outcome_completed = ended_by is None
     _emit(telemetry, handoff, sc.OUTCOME_COMPLETED, end_ns, ended_by=ended_by)
 
 
@@ -603,6 +618,10 @@ def bus_stopped(telemetry: WorkersTelemetry, bus: Any) -> None:
         if getattr(worker, "_bus", None) is bus:
             telemetry.awaiting.pop(worker, None)
             _finish(telemetry, handoff, now, ended_by=ENDED_BY_BUS_STOPPED)
+    for session, speech in list(telemetry.speech.items()):
+        if getattr(session, "_bus", None) is bus:
+            telemetry.speech.pop(session, None)
+            speech.stop()
     conversation = telemetry.conversations.pop(bus, None)
     if conversation is not None:
         conversation.end(now)
@@ -631,7 +650,9 @@ class _Shape(NamedTuple):
 
     has_tts: bool
     session: Any  # the worker whose pipeline bridges the agents to the output (weakly), or None
-    aggregators: tuple[Any, ...]  # its assistant aggregators: they hold the context while the bot speaks
+    aggregators: tuple[
+        Any, ...
+    ]  # its assistant aggregators (weakly): they hold the context while the bot speaks
 
 
 def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
@@ -663,7 +684,7 @@ def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, 
         inside = list(processors(getattr(other, "_pipeline", None)))
         aggregators = tuple(p for p in inside if isinstance(p, LLMAssistantAggregator))
         if aggregators and any(isinstance(p, BusBridgeProcessor) for p in inside):
-            found = (weakref.ref(other), aggregators)
+            found = (weakref.ref(other), tuple(weakref.ref(a) for a in aggregators))
             break
     if bus is not None and found[0] is not None:
         telemetry.sessions[bus] = found
@@ -692,7 +713,7 @@ def _speaking_session(shape: _Shape) -> Any | None:
     """The session (of this process), if the bot speaks now: its assistant aggregator holds the
     new worker's first model call until the old audio stops."""
     session = shape.session() if shape.session is not None else None
-    if session is not None and any(getattr(a, "_bot_speaking", False) for a in shape.aggregators):
+    if session is not None and any(getattr(a(), "_bot_speaking", False) for a in shape.aggregators):
         return session
     return None
 
