@@ -42,7 +42,6 @@ from ..core.faults import guard
 from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
-from ._downlink import processors
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
@@ -660,8 +659,7 @@ def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
     if found is None:
         from pipecat.services.tts_service import TTSService
 
-        pipeline = getattr(worker, "_pipeline", None)
-        has_tts = any(isinstance(p, TTSService) for p in processors(pipeline))
+        has_tts = any(isinstance(p, TTSService) for p in _processors(getattr(worker, "_pipeline", None)))
         session, aggregators = _session(telemetry, worker)
         found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators)
     return found
@@ -681,13 +679,25 @@ def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, 
     for other in _local_workers(worker):
         if other is worker or getattr(other, "_bridged", None) is not None:
             continue  # a bridged worker is an agent, not the session
-        inside = list(processors(getattr(other, "_pipeline", None)))
+        inside = _processors(getattr(other, "_pipeline", None))
         aggregators = tuple(p for p in inside if isinstance(p, LLMAssistantAggregator))
         if aggregators and any(isinstance(p, BusBridgeProcessor) for p in inside):
             found = (weakref.ref(other), tuple(weakref.ref(a) for a in aggregators))
             break
     if bus is not None and found[0] is not None:
         telemetry.sessions[bus] = found
+    return found
+
+
+def _processors(pipeline: Any) -> list[Any]:
+    """Every processor of a pipeline, nested pipelines' too, in one pass (no generator per level)."""
+    found: list[Any] = []
+    stack = [pipeline]
+    while stack and len(found) < 512:
+        processor = stack.pop()
+        if processor is not None:
+            found.append(processor)
+            stack.extend(getattr(processor, "processors", None) or ())
     return found
 
 
