@@ -8,6 +8,8 @@
 #   Jaeger v2 and our collector (ocb)    -> built with Go from the module proxy into $GO_RECEIVERS
 #                                           (one folder per pinned version), linked into the test venv
 #   livekit-server v1.11.0 (the real-call test) -> go install, the same way
+#   redis-server (Debian's, for Pipecat's RedisBus) -> apt-get download, unpacked into $REDIS_DIR,
+#                                           linked into the test venv (no service installed or started)
 # The tests find Phoenix through OTEL_HANDOFF_PHOENIX, which defaults to $PHOENIX_VENV/bin/phoenix.
 # Usage: .ci/install-receivers.sh [TEST_VENV_DIR]
 set -euo pipefail
@@ -124,12 +126,36 @@ go_build livekit-server "$LIVEKIT_DIR" sh -c "GOFLAGS= GOBIN='$LIVEKIT_DIR.parti
   && mv '$LIVEKIT_DIR.partial/server' '$LIVEKIT_DIR.partial/livekit-server'"
 ln -sf "$LIVEKIT_DIR/livekit-server" "$VENV_BIN/livekit-server"
 
+# redis-server, for Pipecat's RedisBus across processes (tests/test_pipecat_workers.py): Debian's
+# package and the two libraries it needs, unpacked (apt-get download, dpkg -x) rather than installed,
+# so no service is set up or started; the test starts its own on a port it binds. Debian ships the
+# server as redis-check-rdb, which runs as the server when called redis-server.
+REDIS_DIR="${REDIS_DIR:-$HOME/.cache/otel-handoff/redis}"
+if [[ -x "$REDIS_DIR/redis-server" ]]; then
+  installed+=("redis-server at $REDIS_DIR (already there)")
+else
+  rm -rf "$REDIS_DIR.partial" && mkdir -p "$REDIS_DIR.partial/debs"
+  ( cd "$REDIS_DIR.partial/debs" && apt-get download -qq redis-tools liblzf1 libjemalloc2 2>/dev/null \
+      || { apt-get update -qq && apt-get download -qq redis-tools liblzf1 libjemalloc2; } )
+  for deb in "$REDIS_DIR.partial"/debs/*.deb; do dpkg -x "$deb" "$REDIS_DIR.partial/root"; done
+  rm -rf "$REDIS_DIR.partial/debs"
+  cat >"$REDIS_DIR.partial/redis-server" <<WRAPPER
+#!/usr/bin/env bash
+LD_LIBRARY_PATH="$REDIS_DIR/root/usr/lib/x86_64-linux-gnu\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec -a redis-server "$REDIS_DIR/root/usr/bin/redis-check-rdb" "\$@"
+WRAPPER
+  chmod +x "$REDIS_DIR.partial/redis-server"
+  rm -rf "$REDIS_DIR" && mv "$REDIS_DIR.partial" "$REDIS_DIR"
+  installed+=("redis-server at $REDIS_DIR")
+fi
+ln -sf "$REDIS_DIR/redis-server" "$(dirname "$PY")/redis-server"
+
 echo "install-receivers:"
 printf '  %s\n' "${installed[@]}"
 echo "  chromium: $(chromium --version 2>/dev/null || echo '?')"
 echo "  prometheus: $(prometheus --version 2>&1 | head -n 1 || echo '?')"
 echo "  jaeger: $("$VENV_BIN/jaeger" version 2>/dev/null | tail -n 1 | cut -c1-80) ($JAEGER_MODULE_VERSION)"
 echo "  otelcol-handoff: $("$VENV_BIN/otelcol-handoff" --version 2>/dev/null || echo '?')"
+echo "  redis-server: $("$VENV_BIN/redis-server" --version 2>/dev/null | cut -c1-60 || echo '?')"
 echo "  OTEL_HANDOFF_PHOENIX=${OTEL_HANDOFF_PHOENIX:-$PHOENIX_VENV/bin/phoenix}"
 # bash's SECONDS: since the script started, every step above included
 echo "  total: $SECONDS s ($((SECONDS / 60)) min $((SECONDS % 60)) s)"

@@ -177,6 +177,18 @@ def _paths() -> list[Path_]:
     except ImportError:
         pass
     try:
+        from otel_handoff.pipecat import PipecatHandoffInstrumentor
+
+        workers = PipecatHandoffInstrumentor
+        frame = "each audio frame (the caller's, across the bus to the active agent and back)"
+        found += [
+            Path_("pipecat-workers", frame, "no handoff", _pipecat_workers("no handoff"), workers),
+            Path_("pipecat-workers", frame, "after a handoff", _pipecat_workers("after a handoff"), workers),
+            Path_("pipecat-workers", frame, "awaiting first output", _pipecat_workers("awaiting"), workers),
+        ]
+    except ImportError:
+        pass
+    try:
         from otel_handoff.cli.offline import google_adk as ga
         from otel_handoff.google_adk import GoogleADKHandoffInstrumentor
 
@@ -412,6 +424,40 @@ def _pipecat_audio(state: str) -> Callable[[int], Awaitable[Any]]:
             spoken = [] if state == "awaiting" else ["Done."]  # awaiting: the new node stays silent
             steps, replies = [pf.user_says("on"), audio(n)], ["Hello.", [("go_next", {})], *spoken]
         await pf.run_flow(greeting(), replies, steps, until=lambda _: output.audio_in >= n, output=output)
+
+    return run
+
+
+def _pipecat_workers(state: str) -> Callable[[int], Awaitable[Any]]:
+    """n audio frames of the caller through the session's bridge, across the bus to the active
+    agent's edges and back: before any handoff, after one whose new agent spoke, or while one awaits
+    the new agent's first output (it stays silent)."""
+    from pipecat.frames.frames import InputAudioRawFrame
+
+    from otel_handoff.cli.offline import pipecat_workers as pw
+
+    def audio(n: int) -> Any:
+        async def then(session: Any, output: Any) -> None:
+            chunk = b"\0\0" * 320  # 20 ms at 16 kHz
+            seen = output.audio_in
+            await session.queue_frames(
+                [InputAudioRawFrame(audio=chunk, sample_rate=16000, num_channels=1) for _ in range(n)]
+            )
+            await output.progress.until(lambda: output.audio_in >= seen + n, "the audio never came back")
+
+        return then
+
+    async def run(n: int) -> None:
+        if state == "no handoff":
+            agents, says, until = {"triage": ["Hello."], "billing": []}, ["hi"], None
+        else:
+            billing = [] if state == "awaiting" else ["Billing here."]
+            agents = {
+                "triage": ["Hello.", ("Over to billing.", [("transfer_to", {"agent": "billing"})])],
+                "billing": billing,
+            }
+            says, until = ["hi", "billing please"], (None if state == "awaiting" else "billing")
+        await pw.run_workers(agents, says, until_active=until, then=audio(n), realtime=False)
 
     return run
 

@@ -94,13 +94,15 @@ def test_ag2_demo_prints_workflow_handoffs() -> None:
     ]
 
 
-def test_pipecat_demo_prints_node_transitions() -> None:
+def test_pipecat_demo_prints_node_transitions_then_a_worker_handoff() -> None:
     out, headers = _framework_demo("pipecat", "pipecat.flows")
     assert headers == [
         ("1", "greeting", "booking", "tool:go_to_booking", "completed"),
         ("2", "booking", "wrap_up", "api", "completed"),
+        ("1", "triage", "billing", "tool:transfer_to", "completed"),
     ]
-    for phase in ("handler", "pre_actions", "context_update"):
+    phases = ("handler", "pre_actions", "context_update", "drain", "bus_crossing", "setup", "await_old_audio")
+    for phase in (*phases, "first_output"):
         assert re.search(rf"^\s+{phase}\s+│", out, flags=re.M), phase
 
 

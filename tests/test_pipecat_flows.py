@@ -22,7 +22,7 @@ from wrapt import FunctionWrapper
 
 from otel_handoff.cli.offline import pipecat_flows as pf
 from otel_handoff.core import schema as sc
-from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor, _transition
+from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor, _Flows, _transition
 
 logger.remove()  # Pipecat logs every frame at DEBUG through loguru
 
@@ -568,11 +568,11 @@ async def test_first_speech_is_watched_only_while_awaited_and_by_no_observer(ins
 
     from otel_handoff.pipecat import _observer
 
-    instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
+    instrument(PipecatFlowsHandoffInstrumentor)
     worker = PipelineWorker(Pipeline([]))
     flow_manager = FlowManager(worker=worker, llm=pf.ScriptedLLM([]), context_aggregator=None)
     worker.add_reached_upstream_filter((BotStoppedSpeakingFrame,))  # the app's own type
-    watch = instrumentor._telemetry.state(flow_manager).watch
+    watch = _Flows._telemetry.state(flow_manager).watch
 
     def on_paths() -> tuple[int, int, set[type], int, set[type]]:
         observers = [o for o in worker._observer._observers if isinstance(o, _observer._FirstSpeech)]
@@ -628,7 +628,7 @@ async def test_the_apps_own_frame_handler_gets_the_same_frames(
     instrumentor = PipecatFlowsHandoffInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     try:
-        on_demand = instrumentor._telemetry.observer_on_demand
+        on_demand = _Flows._telemetry.observer_on_demand
         traced = await run()
     finally:
         instrumentor.uninstrument()

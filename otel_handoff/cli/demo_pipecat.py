@@ -1,9 +1,11 @@
-"""A Pipecat Flows conversation, run offline and traced: ``otel-handoff demo --framework pipecat``.
+"""Pipecat, run offline and traced: ``otel-handoff demo --framework pipecat``.
 
-A real ``PipelineWorker`` with a real context aggregator; only the model, the TTS and the output
-stage are scripted (:mod:`otel_handoff.cli.offline.pipecat_flows`). The caller asks for a booking:
-the model calls ``go_to_booking``, whose node says "One moment" (a ``tts_say`` pre-action that
-plays in real time) and resets the context; then the app moves the call on from code.
+First a Flows conversation: a real ``PipelineWorker`` with a real context aggregator; only the
+model, the TTS and the output stage are scripted (:mod:`otel_handoff.cli.offline.pipecat_flows`).
+The caller asks for a booking: the model calls ``go_to_booking``, whose node says "One moment" (a
+``tts_say`` pre-action that plays in real time) and resets the context; then the app moves the
+call on from code. Then a bot split into workers (:mod:`otel_handoff.cli.offline.pipecat_workers`):
+triage, still speaking, hands the caller to billing with ``activate_worker(deactivate_self=True)``.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ except ImportError:  # no Pipecat: the import below says so
 # (after the logger is quieted: importing Pipecat logs its banner)
 from pipecat.flows import ContextStrategy, ContextStrategyConfig, FlowsFunctionSchema
 
-from ..pipecat import PipecatFlowsHandoffInstrumentor
+from ..pipecat import PipecatHandoffInstrumentor
 from .demo_export import DemoResult, DemoTracing
 from .offline import pipecat_flows as pf
+from .offline import pipecat_workers as pw
 
 __all__ = ["run_pipecat_demo"]
 
@@ -80,12 +83,23 @@ def _without_pipecats_deprecations() -> Iterator[None]:
 
 async def run_pipecat_demo(*, export_path: str | os.PathLike[str] | None = None) -> DemoResult:
     tracing = DemoTracing.create(export_path)
-    with tracing.instrumented(PipecatFlowsHandoffInstrumentor(), "Pipecat"), _without_pipecats_deprecations():
+    with tracing.instrumented(PipecatHandoffInstrumentor(), "Pipecat"), _without_pipecats_deprecations():
         await pf.run_flow(
             _greeting(),
             ["Hello, how can I help?", [("go_to_booking", {})], "Booked for Tuesday.", "Goodbye."],
             [pf.user_says("I'd like to book"), _to_wrap_up],
             until=lambda fm: fm.current_node == "wrap_up",
             paced=True,
+        )
+        await pw.run_workers(
+            {
+                "triage": [
+                    "Hello, triage here.",
+                    ("Let me get you to billing.", [("transfer_to", {"agent": "billing"})]),
+                ],
+                "billing": ["Billing here, how can I help?"],
+            },
+            ["hi", "my bill is wrong"],
+            until_active="billing",
         )
     return tracing.result()

@@ -106,13 +106,18 @@ FRAMEWORKS: tuple[Framework, ...] = (
         key="pipecat",
         title="Pipecat Flows",
         entry_point="pipecat_handoff",
-        instrumentor="otel_handoff.pipecat:PipecatFlowsHandoffInstrumentor",
+        instrumentor="otel_handoff.pipecat:PipecatHandoffInstrumentor",
         extra="pipecat",
         extra_requires=("pipecat-ai>=1.5.0",),  # pipecat.flows, inside pipecat-ai since 1.5.0
         instruments=("pipecat-ai>=1.5.0",),
         distributions=("pipecat-ai",),
-        modules=("pipecat.flows",),
-        starts_at=(("pipecat.flows.manager", "FlowManager.__init__"),),
+        # the runner, not the package: pipecat.workers is imported while pipecat.pipeline.worker is
+        # half-initialised (it imports the base worker), the runner once that module is whole
+        modules=("pipecat.flows", "pipecat.workers.runner"),
+        starts_at=(
+            ("pipecat.flows.manager", "FlowManager.__init__"),
+            ("pipecat.workers.runner", "WorkerRunner.__init__"),  # a multi-agent session's runner
+        ),
         demo_module="pipecat.flows",
         span_framework="pipecat-flows",
         duration="the sum of the work phases (no waits)",

@@ -357,6 +357,19 @@ SPAN_DISPATCH = "agent_handoff.dispatch"
 DISPATCH_DURATION = "agent_handoff.dispatch.duration"
 PHASE_DISPATCH = "dispatch"  # the superstep boundary: checkpoint when configured, the deliveries
 
+# --- Pipecat's multi-agent workers ----------------------------------------------------------
+# activate_worker(target, deactivate_self=True) between pipecat.workers workers, on a WorkerBus
+FRAMEWORK_PIPECAT_WORKERS = "pipecat-workers"
+SPAN_BUS_CROSSING = "agent_handoff.bus_crossing"
+SPAN_AWAIT_OLD_AUDIO = "agent_handoff.await_old_audio"
+BUS_CROSSING_DURATION = "agent_handoff.bus_crossing.duration"
+AWAIT_OLD_AUDIO_DURATION = "agent_handoff.await_old_audio.duration"
+PHASE_BUS_CROSSING = "bus_crossing"  # the deactivation and activation sent, until the target takes it
+PHASE_AWAIT_OLD_AUDIO = "await_old_audio"  # the new worker's first model call held while the old audio plays
+# the worker had handed off already (it was inactive when it asked): its target is active beside the first's
+FROM_INACTIVE = "agent_handoff.from_inactive"
+REJECTED_SUPERSEDED = "superseded"  # a later request of the same tool batch replaced it; it never ran
+
 # --- the phase registry: every phase of every framework ----------------------------------
 # What a phase is to the handoff, which decides where its time shows:
 ROLE_WORK = "work"  # counts in agent_handoff.duration; its duration attribute is on agent_handoff
@@ -401,6 +414,7 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_SUMMARY, SPAN_SUMMARY, SUMMARY_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_CONTEXT_UPDATE, SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_DISPATCH, SPAN_DISPATCH, DISPATCH_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_BUS_CROSSING, SPAN_BUS_CROSSING, BUS_CROSSING_DURATION, ROLE_WORK),
     PhaseSpec(START, SPAN_START, START_DURATION, ROLE_WORK),
     PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
@@ -412,6 +426,7 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_REMOTE_SETUP, SPAN_REMOTE_SETUP, REMOTE_SETUP_DURATION, ROLE_NESTED),
     PhaseSpec(PHASE_SESSION_UPDATE, SPAN_SESSION_UPDATE, SESSION_UPDATE_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_RESPONSE_DRAIN, SPAN_RESPONSE_DRAIN, RESPONSE_DRAIN_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_AWAIT_OLD_AUDIO, SPAN_AWAIT_OLD_AUDIO, AWAIT_OLD_AUDIO_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_OUTPUT, SPAN_FIRST_OUTPUT, FIRST_OUTPUT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_AUDIO, SPAN_FIRST_AUDIO, FIRST_AUDIO_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_ON_ENTER, SPAN_ON_ENTER, ON_ENTER_DURATION, ROLE_AFTER),

@@ -1,10 +1,13 @@
-"""OpenTelemetry tracing of Pipecat Flows node transitions.
+"""OpenTelemetry tracing of Pipecat handoffs: Pipecat Flows node transitions, and handoffs between
+Pipecat's multi-agent workers.
 
 Usage::
 
-    from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
+    from otel_handoff.pipecat import PipecatHandoffInstrumentor
 
-    PipecatFlowsHandoffInstrumentor().instrument()
+    PipecatHandoffInstrumentor().instrument()
+
+(``PipecatFlowsHandoffInstrumentor`` is the same class, by its first name.)
 
 Every node transition of a ``FlowManager`` (``pipecat.flows``, pipecat-ai 1.5 and later) becomes
 one ``agent_handoff`` span with a child per phase: the app's function handler, the wait for other
@@ -12,20 +15,30 @@ function calls, pre-actions, the RESET_WITH_SUMMARY model call, the context upda
 and an ``agent_handoff.first_speech`` span, linked to it, until the bot speaks in the new node.
 The first node (``initialize()``) is not a handoff. Spans carry node, function and action names
 only: never messages, function arguments or results, summaries or ``tts_say`` text.
+
+Every worker handoff (``activate_worker(target, deactivate_self=True)``, ``pipecat.workers``, on an
+``AsyncQueueBus`` or across processes on a ``RedisBus`` or ``PgmqBus``) becomes one ``agent_handoff``
+span (``agent_handoff.framework`` ``pipecat-workers``): the tool's handler, the old worker's drain,
+the bus crossing, the new worker's setup, the wait for the old audio, its first output
+(:mod:`._workers`). Each part is instrumented on its own, all or nothing.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import importlib.metadata
+import importlib.util
 import sys
 import time
 import warnings
 from typing import Any
 
+from ..core import schema as sc
 from ..core.attribution import AttributedWarnings, attributed_warn_helper
 from ..core.faults import guard
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
+from ..core.spans import end_open_roots
 from . import package
 
 _MANAGER = "pipecat.flows.manager"
@@ -34,7 +47,7 @@ _OUTPUT = "pipecat.transports.base_output"
 
 _SPEECH = "_bot_started_speaking"
 
-__all__ = ["PipecatFlowsHandoffInstrumentor"]
+__all__ = ["PipecatFlowsHandoffInstrumentor", "PipecatHandoffInstrumentor"]
 
 
 def _wrap_points(telemetry: Any) -> list[WrapPoint]:
@@ -85,12 +98,17 @@ def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     ]
 
 
-class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
-    """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
+class _Flows(HandoffInstrumentor):
+    """Pipecat Flows node transitions (pipecat-ai 1.5.0 and later)."""
 
-    package = package
     release = "pipecat-ai"
     untraced = "Flows transitions are"
+    tested, newest_tested = package.TESTED, package.NEWEST_TESTED
+
+    def detect(self) -> Installed | None:
+        if importlib.util.find_spec("pipecat.flows") is None:
+            return None  # before 1.5.0: no Flows to trace
+        return Installed(importlib.metadata.version(self.release))
 
     def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
         from ._observer import observers_join_running_pipelines, source_events_carry_frames
@@ -119,3 +137,81 @@ class PipecatFlowsHandoffInstrumentor(HandoffInstrumentor):
         manager = sys.modules.get(_MANAGER)
         if isinstance(getattr(manager, "warnings", None), AttributedWarnings):
             setattr(manager, "warnings", warnings)  # noqa: B010 (a module's global)
+
+
+_LLM_WORKER = "pipecat.workers.llm.llm_worker"
+_BASE_WORKER = "pipecat.workers.base_worker"
+_PIPELINE_WORKER = "pipecat.pipeline.worker"
+
+
+def _worker_wrap_points(telemetry: Any) -> list[WrapPoint]:
+    """Once per tool (at a worker's construction), request, handover, activation, bus stop and
+    serializer: never a frame or a bus message's way through the bus."""
+    from . import _workers as w
+
+    with_telemetry = functools.partial
+    return [
+        (_LLM_WORKER, "LLMWorker._track_tool_call", with_telemetry(w.wrap_track_tool_call, telemetry)),
+        (_LLM_WORKER, "LLMWorker.activate_worker", with_telemetry(w.wrap_request, telemetry)),
+        (_BASE_WORKER, "BaseWorker.activate_worker", with_telemetry(w.wrap_send, telemetry)),
+        # before 1.8 inherited from BaseWorker (no drain of its own): wrapped on PipelineWorker alone,
+        # after BaseWorker's, so it wraps that wrapper
+        (_PIPELINE_WORKER, "PipelineWorker.activate_worker", with_telemetry(w.wrap_handover, telemetry)),
+        (_BASE_WORKER, "BaseWorker._handle_worker_activate", with_telemetry(w.wrap_receive, telemetry)),
+        (_BASE_WORKER, "BaseWorker._maybe_activate", with_telemetry(w.wrap_maybe_activate, telemetry)),
+        (
+            "pipecat.bus.messages",
+            "BusActivateWorkerMessage.__init__",
+            with_telemetry(w.wrap_message_init, telemetry),
+        ),
+        ("pipecat.bus.bus", "WorkerBus.stop", with_telemetry(w.wrap_bus_stop, telemetry)),
+        (
+            "pipecat.bus.serializers.json",
+            "JSONMessageSerializer.__init__",
+            with_telemetry(w.wrap_serializer_init, telemetry),
+        ),
+    ]
+
+
+class _Workers(HandoffInstrumentor):
+    """Handoffs between ``pipecat.workers`` workers (pipecat-ai 1.3.0 and later)."""
+
+    release = "pipecat-ai"
+    untraced = "worker handoffs are"
+    tested, newest_tested = package.TESTED_WORKERS, package.NEWEST_TESTED
+
+    def detect(self) -> Installed | None:
+        if importlib.util.find_spec("pipecat.workers") is None:
+            return None
+        return Installed(importlib.metadata.version(self.release))
+
+    @staticmethod
+    def static_attributes(framework: str, version: str) -> dict[str, Any]:
+        return HandoffInstrumentor.static_attributes(sc.FRAMEWORK_PIPECAT_WORKERS, version)
+
+    def make_telemetry(self, parts: TelemetryParts, features: Installed) -> Any:
+        from ._workers import WorkersTelemetry
+
+        return WorkersTelemetry(*parts)
+
+    def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        return _worker_wrap_points(telemetry)
+
+    def before_uninstrument(self, telemetry: Any) -> None:
+        from ._workers import bus_stopped
+
+        for bus in list(telemetry.conversations.keys()):
+            bus_stopped(telemetry, bus)
+        end_open_roots(sc.FRAMEWORK_PIPECAT_WORKERS)
+
+
+class PipecatHandoffInstrumentor(HandoffInstrumentor):
+    """Traces Pipecat Flows node transitions (pipecat-ai 1.5.0 and later) and handoffs between
+    Pipecat's multi-agent workers (1.3.0 and later)."""
+
+    package = package
+    parts = (_Flows, _Workers)
+
+
+# its first name, from when it traced Flows alone: entry points and apps that import it still work
+PipecatFlowsHandoffInstrumentor = PipecatHandoffInstrumentor
