@@ -1,7 +1,10 @@
 """The one emitter: a :class:`HandoffRecord` becomes its spans and metrics, for every framework.
 
 The ``agent_handoff`` span and its phase children are made back to back, with the real times
-the record holds, once the handoff is over: nothing is left open or made current. Phases that
+the record holds, once the handoff is over: nothing is left open or made current. Where the
+framework makes its own spans of the handoff while it runs (LiveKit's ``update_agent``), the
+``agent_handoff`` span is started early to be their parent (:func:`start_early`), and completed
+here; the phases the framework's spans already show are then not sent again. Phases that
 end later (LiveKit's ``on_enter``) and linked spans (``first_speech``, ``reconnect``) go through
 :func:`emit_late_phase` and :func:`emit_linked`, which take the :class:`Emitted` handle.
 
@@ -78,6 +81,15 @@ _ROLES = {
 }
 
 
+# phases the framework may span itself: not sent again where its spans are under agent_handoff
+_SENT_BY_FRAMEWORK = frozenset(spec.name for spec in sc.PHASE_REGISTRY if spec.framework_span)
+# of those, the ones whose seconds are on their own span otherwise: then on agent_handoff
+_MOVED_TO_HANDOFF = {
+    spec.name: spec.duration_attribute
+    for spec in sc.PHASE_REGISTRY
+    if spec.framework_span and not spec.on_handoff_span
+}
+
 _INTERVAL = operator.attrgetter("start_ns", "end_ns")  # a phase's (start, end), in C
 
 
@@ -92,10 +104,37 @@ class Emitted(NamedTuple):
     end_ns: int = 0  # the handoff span's end: a later phase that ends past it goes beside it
 
 
-def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
-    """Make the record's ``agent_handoff`` span, its phase children and its metrics."""
+def start_early(telemetry: HandoffTelemetry, record: HandoffRecord) -> otel_context.Context | None:
+    """Start the record's ``agent_handoff`` span now, with the handoff's start time, for a framework
+    that makes its own spans of the handoff while it runs (LiveKit's ``update_agent``): the context
+    returned holds it, their parent, so a handoff is one tree. :func:`emit` completes and ends it.
+
+    None where it would not record (a NoOp provider, sampled out): the framework's spans then go
+    where they go without us, never under a span nobody sends."""
+    if record.span is not None or _never_records(telemetry.tracer):
+        return None
     parent = record.parent if record.parent is not None else otel_context.get_current()
-    if not telemetry.metrics.enabled and _never_records(telemetry.tracer):
+    parent_span = _span_of(parent)
+    if getattr(parent_span, "end_time", None) is not None:  # over already: one level up, as in emit
+        parent, record.links = _still_open(parent, parent_span, record.links)
+    record.parent = parent
+    record.span = span = telemetry.tracer.start_span(
+        sc.SPAN_HANDOFF,
+        context=parent,
+        kind=SpanKind.INTERNAL,
+        attributes=telemetry.static_attributes,
+        links=record.links,
+        start_time=record.start_ns,
+    )
+    return trace.set_span_in_context(span, parent) if span.is_recording() else None
+
+
+def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
+    """Make the record's ``agent_handoff`` span (or complete the one started early), its phase
+    children and its metrics."""
+    parent = record.parent if record.parent is not None else otel_context.get_current()
+    span = record.span
+    if span is None and not telemetry.metrics.enabled and _never_records(telemetry.tracer):
         # a NoOp tracer provider and NoOp meters (OTEL_SDK_DISABLED, say): nothing to build
         return Emitted(INVALID_SPAN_CONTEXT, parent, parent, False, telemetry.static_attributes)
     attributes, phase_seconds = _attributes(telemetry, record)
@@ -103,18 +142,22 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent_span, attributes)
     end_ns = max(record.end_ns, record.start_ns)
-    links = record.links
-    ended = getattr(parent_span, "end_time", None)
-    if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
-        parent, links = _still_open(parent, parent_span, links)
-    span = telemetry.tracer.start_span(
-        sc.SPAN_HANDOFF,
-        context=parent,
-        kind=SpanKind.INTERNAL,
-        attributes=attributes,
-        links=links,
-        start_time=record.start_ns,
-    )
+    if span is None:
+        links = record.links
+        ended = getattr(parent_span, "end_time", None)
+        if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
+            parent, links = _still_open(parent, parent_span, links)
+        span = telemetry.tracer.start_span(
+            sc.SPAN_HANDOFF,
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            links=links,
+            start_time=record.start_ns,
+        )
+    else:  # started early: its parent and links were given then
+        record.span = None
+        span.set_attributes(attributes)
     inside = trace.set_span_in_context(span, parent)
     recording = span.is_recording()
     try:
@@ -124,8 +167,10 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
                 set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
+            framework_spans = record.framework_spans
             for phase in record.phases:
-                _child(tracer, phase, inside, end_ns)
+                if not (framework_spans and phase.name in _SENT_BY_FRAMEWORK):
+                    _child(tracer, phase, inside, end_ns)
     finally:
         span.end(end_time=end_ns)
     metrics = telemetry.metrics
@@ -228,6 +273,8 @@ def _attributes(
             covered += value
             if isinstance(phase.error, asyncio.CancelledError):
                 cut_short = name  # cut short: not a duration of that phase, left out of the metric
+            if record.framework_spans and name in _MOVED_TO_HANDOFF:  # no span of ours to hold it
+                attributes[_MOVED_TO_HANDOFF[name]] = total
     # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested in
     # it): what they do not cover is the span's time less theirs (tests/support.py checks)
     if record.phases_overlap:

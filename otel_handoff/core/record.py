@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Link
+from opentelemetry.trace import Link, Span
 
 # what a record keeps of a cancellation: an instance never raised, so it holds no traceback
 CANCELLED = asyncio.CancelledError()
@@ -70,3 +70,9 @@ class HandoffRecord:
     # phases that run side by side (a realtime handoff's session update within the old response's
     # drain): what they leave uncovered is found from their union, not from the span less their sum
     phases_overlap: bool = False
+    # its agent_handoff span, started before the handoff ended (:func:`~otel_handoff.core.emit.start_early`)
+    # to be the parent of the framework's own spans of it; the emitter completes and ends it
+    span: Span | None = None
+    # the framework's own spans of its phases (``PhaseSpec.framework_span``) are under that span, on
+    # the same provider: those phases are not sent again as spans, their seconds go on agent_handoff
+    framework_spans: bool = False
