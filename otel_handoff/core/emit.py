@@ -60,6 +60,8 @@ def _span_reader() -> Any:
 
 
 _span_of: Any = _span_reader()
+# the span a Context holds (None or an invalid span where it holds none): for the framework packages
+span_in: Any = _span_of
 # global providers behind which the API's ProxyTracer delegates to a NoOp tracer
 _NEVER_RECORDING_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _OPTIONAL_FIELDS = operator.attrgetter(*(field for field, _ in _OPTIONAL))
@@ -167,10 +169,11 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
                 set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
-            framework_spans = record.framework_spans
-            for phase in record.phases:
-                if not (framework_spans and phase.name in _SENT_BY_FRAMEWORK):
-                    _child(tracer, phase, inside, end_ns)
+            phases = record.phases
+            if record.framework_spans:  # what the framework's own spans show is not sent again
+                phases = [phase for phase in phases if phase.name not in _SENT_BY_FRAMEWORK]
+            for phase in phases:
+                _child(tracer, phase, inside, end_ns)
     finally:
         span.end(end_time=end_ns)
     metrics = telemetry.metrics

@@ -21,11 +21,10 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.trace import Link, SpanContext
 
 from ..core import schema as sc
-from ..core.emit import Emitted, emit, emit_late_phase, emit_linked, start_early
+from ..core.emit import Emitted, emit, emit_late_phase, emit_linked, span_in, start_early
 from ..core.faults import report
 from ..core.heard import attributes as downlink_attributes
 from ..core.record import CANCELLED, HandoffRecord, PhaseRecord, kept_error
@@ -103,12 +102,12 @@ class LiveKitHandoff:
         "_emitted",
         "_error",
         "_linked",
-        "_livekit_open",
         "_old_activity",
         "_session",
         "_to_agent",
         "ended",
         "from_agent",
+        "livekit_open",
         "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
@@ -162,7 +161,7 @@ class LiveKitHandoff:
         self._linked: list[PhaseRecord] = []  # linked spans that came before it was made
         self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
-        self._livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
+        self.livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -314,7 +313,7 @@ class LiveKitHandoff:
         say): there its tree would lose a parent, and ours stays whole."""
         session = self._session()
         root = getattr(session, "_root_span_context", None)
-        theirs = trace.get_current_span(root) if root is not None else None
+        theirs = span_in(root) if root is not None else None
         if theirs is None or not theirs.is_recording():
             return None
         parent = start_early(self.telemetry, self.record)
@@ -322,7 +321,7 @@ class LiveKitHandoff:
         # one SDK provider, one resource object: its tracers hand it to every span they start
         if parent is None or getattr(theirs, "resource", None) is not getattr(ours, "resource", False):
             return None  # ours, started, is completed and ended as any
-        self._livekit_open = True
+        self.livekit_open = True
         return parent
 
     def livekit_spans_started(self, span: Any) -> None:
@@ -331,11 +330,9 @@ class LiveKitHandoff:
         self.record.framework_spans = span.is_recording()
 
     def left_update_activity(self) -> None:
-        """`_update_activity` returned or raised, LiveKit's ``update_agent`` ended in it: a
-        handoff over by now is sent, ending no earlier than that child of its span."""
-        if not self._livekit_open:
-            return
-        self._livekit_open = False
+        """`_update_activity` returned or raised with LiveKit's ``update_agent`` under our span
+        (``livekit_open``), ended in it: a handoff over by now is sent, ending no earlier."""
+        self.livekit_open = False
         if self.ended and not self.on_enter_pending:
             self.record.end_ns = max(self.record.end_ns, time.time_ns())
             self._emit()
@@ -381,7 +378,7 @@ class LiveKitHandoff:
                 if isinstance(error, asyncio.CancelledError) and self._session_ended():
                     self.record.attributes[sc.ENDED_BY] = sc.ENDED_BY_SESSION_CLOSE
                 self.record.end_ns = max(self.record.end_ns, end_ns)
-                if not self._livekit_open:  # else once `_update_activity` returns (it waited)
+                if not self.livekit_open:  # else once `_update_activity` returns (it waited)
                     self._emit()
 
     def _session_ended(self) -> bool:
@@ -441,7 +438,7 @@ class LiveKitHandoff:
         session = self._session()
         if outcome == sc.OUTCOME_COMPLETED and session is not None:
             self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
-        if not (self.on_enter_pending or self._livekit_open):  # else when on_enter ends, or LiveKit's span
+        if not (self.on_enter_pending or self.livekit_open):  # else when on_enter ends, or LiveKit's span
             self._emit()
 
     def _emit(self) -> None:

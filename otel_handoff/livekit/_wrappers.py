@@ -322,14 +322,16 @@ async def wrap_update_activity(
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         guard("_update_activity", handoff.fail, exc)
-        guard("_update_activity", handoff.left_update_activity)
+        if handoff.livekit_open:
+            guard("_update_activity", handoff.left_update_activity)
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
     try:
         if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
             handoff.finish()
-        handoff.left_update_activity()
+        if handoff.livekit_open:  # LiveKit's update_agent under ours (1.8.2+): it ended by now
+            handoff.left_update_activity()
     except Exception as exc:
         report("_update_activity", exc)
     return result
