@@ -6,6 +6,9 @@
 # only, so the release after the ones we pinned is tested the day it ships.
 # Cells run two at a time (MATRIX_JOBS=N for N); each cell's output is printed whole when it ends,
 # then a summary table in cell order; exits non-zero naming every cell that failed.
+# MATRIX_BESIDE_SUITE=1 (what .ci/run sets, after the main suite): a cell whose release and Python
+# minor the main suite's environment for that framework already ran (.venv-test, or
+# .venv-google-adk / .venv-strands) is not run again; "newest" is what `pip index versions` names.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +18,8 @@ pyenv_python() { # minor version -> newest pyenv interpreter of it, if any
   ls -d "$root"/versions/"$1".*/bin/python"$1" 2>/dev/null | sort -V | tail -n 1
 }
 NEWEST_LIVEKIT="1.8.9"
+# a pre-release, pinned: pip takes none unasked, so the unpinned cell below stays on the newest stable
+PRERELEASE_LIVEKIT="2.0.0b1"
 PY312="$(pyenv_python 3.12)"
 if [[ $# -gt 0 ]]; then
   CELLS=()
@@ -27,6 +32,7 @@ else
     "livekit-agents==1.6.10|$PY311" "livekit-agents==1.7.1|$PY311" "livekit-agents==$NEWEST_LIVEKIT|$PY311"
     "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.10)" "livekit-agents==$NEWEST_LIVEKIT|$(pyenv_python 3.13)"
     "livekit-agents|$PY311"
+    "livekit-agents==$PRERELEASE_LIVEKIT|$PY311"  # pre-release: LiveKit Agents 2.0 (issue 47)
     "ag2==0.9.10|$PY311" "ag2==0.14.0|$PY311" "autogen==0.14.1|$PY311" "autogen|$PY311"
     "ag2==1.0.0|$PY311" "ag2==1.2.1|$PY311" "ag2|$PY311"
     "pipecat-ai==1.5.0|$PY311" "pipecat-ai==1.14.0|$PY311" "pipecat-ai|$PY311"
@@ -51,6 +57,24 @@ ROOT="${MATRIX_DIR:-.matrix}"
 JOBS="${MATRIX_JOBS:-2}"
 mkdir -p "$ROOT"
 
+ran_in_suite() { # dist version(or "newest") pyver -> prints the release when the suite's env ran it
+  local dist="$1" version="$2" pyver="$3" suite=.venv-test have
+  case "$dist" in google-adk) suite=.venv-google-adk ;; strands-agents) suite=.venv-strands ;; esac
+  [[ -x "$suite/bin/python" ]] || return 1
+  [[ "$("$suite/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == "$pyver" ]] || return 1
+  have="$("$suite/bin/python" -c "import importlib.metadata as m; print(m.version('$dist'))" 2>/dev/null)" || return 1
+  if [[ "$version" == "newest" ]]; then
+    # the newest release this Python can install, as pip would pick it (no pre-releases)
+    version="$("$suite/bin/python" -m pip index versions --disable-pip-version-check "$dist" 2>/dev/null \
+      | sed -n '1s/^[^(]*(\(.*\))$/\1/p')"
+    [[ -n "$version" ]] || return 1
+    [[ "$have" == "$version" ]] && { echo "$have (newest)"; return 0; }
+    return 1
+  fi
+  [[ "$have" == "$version" ]] && { echo "$have"; return 0; }
+  return 1
+}
+
 run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output on stdout
   local spec="$1" python="$2" index="$3"
   local dist="${spec%%==*}" version="${spec#*==}" tests extra pyver env start installed out rc line
@@ -70,9 +94,17 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
     langgraph) tests=(tests/test_langgraph.py); extra=(langgraph-swarm langgraph-supervisor openinference-instrumentation-langchain) ;;
-    # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests
-    google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py)
-      extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
+    # resolved in one pip call with ADK's opentelemetry pins; rotel for the unmodified-app tests; a2a-sdk
+    # for the remote transfer (RemoteA2aAgent): 1.x ADK and 2.0 take 0.3 only; the oldest ADK with the
+    # oldest a2a-sdk it works with (0.3.11: 1.39.1 passes send_message a request_metadata that 0.3.4,
+    # its declared floor, to 0.3.10 refuse), 2.0 with the newest 0.3, later releases with the newest
+    google-adk) tests=(tests/test_google_adk.py tests/test_google_adk_user.py tests/test_google_adk_remote.py)
+      extra=(opentelemetry-distro openinference-instrumentation-google-adk "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)")
+      case "$version" in
+        1.39.1) extra+=("a2a-sdk[http-server]==0.3.11") ;;
+        2.0.0) extra+=("a2a-sdk[http-server]<0.4") ;;
+        *) extra+=("a2a-sdk[http-server]") ;;
+      esac ;;
     # openinference's LlamaIndex instrumentation beside ours, on every release it takes
     llama-index-core) tests=(tests/test_llama_index.py); extra=(openinference-instrumentation-llama-index) ;;
     # its own environment in the suite: opentelemetry-instrumentation-threading (newest 0.66b1) holds
@@ -92,6 +124,11 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     return
   fi
   pyver="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+  if [[ -n "${MATRIX_BESIDE_SUITE:-}" ]] && line="$(ran_in_suite "$dist" "$version" "$pyver")"; then
+    row "| $dist $line | $pyver | the main suite's run (same release, same Python) |"
+    echo "=== $spec on Python $pyver: $dist $line, as the main suite ran it; not run again"
+    return
+  fi
   env="$ROOT/$dist-$version-py$pyver"
   echo "=== $spec on Python $pyver ($env)"
   start=$SECONDS

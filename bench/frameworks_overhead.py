@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import collections
+import contextlib
 import gc
 import json
 import statistics
@@ -212,9 +214,26 @@ def _scenarios() -> list[Scenario]:
         found.append(
             Scenario("google-adk", "live session, 1 transfer", adk_live, GoogleADKHandoffInstrumentor, 1)
         )
+        # a transfer to a RemoteA2aAgent: the server is another process (its work is not counted
+        # here); ours is the caller's: the span opened at the start, the request's trace context
+        from otel_handoff.cli.offline import google_adk_remote as gr
+
+        card_url = _SERVERS.enter_context(gr.remote_billing(latency=0.0))
+
+        async def adk_remote() -> None:
+            await gr.converse(card_url)
+
+        found.append(
+            Scenario("google-adk", "remote transfer over A2A", adk_remote, GoogleADKHandoffInstrumentor, 1)
+        )
     except ImportError:
         pass
     return found
+
+
+# servers a scenario calls (Google ADK's remote agent), stopped when the bench ends
+_SERVERS = contextlib.ExitStack()
+atexit.register(_SERVERS.close)
 
 
 def opcodes(run: Callable[[], Any], by_file: collections.Counter[str] | None = None) -> int:

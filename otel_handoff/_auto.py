@@ -19,6 +19,7 @@ line and the app runs uninstrumented.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import os
 import sys
@@ -165,7 +166,12 @@ def _configure_when_started(framework: Framework) -> None:
     points += [(*p, _call_then_configure) for p in framework.ready_at]
     for module, name, wrapper in points:
         try:
-            wrap_function_wrapper(module, name, wrapper)
+            owner = importlib.import_module(module)
+            # a class the module defines, never one its `__getattr__` serves (a deprecated alias
+            # warns, and is the class another point names)
+            if name.partition(".")[0] not in vars(owner):
+                raise AttributeError(name)
+            wrap_function_wrapper(owner, name, wrapper)
         except (ImportError, AttributeError):
             _LOG.debug("otel-handoff: no %s.%s to configure exporting at", module, name)
 

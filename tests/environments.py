@@ -23,6 +23,7 @@ ADK_REQUIREMENTS = [
     ".[google-adk]",
     "opentelemetry-distro",  # what opentelemetry-instrument users install
     "openinference-instrumentation-google-adk",  # ours beside theirs
+    "a2a-sdk[http-server]",  # a transfer to a remote agent (RemoteA2aAgent, to_a2a): google-adk[a2a]
     f"rotel=={ROTEL_VERSION.group(1) if ROTEL_VERSION else ''}",
     "pytest>=8",
     "pytest-asyncio>=0.24",
@@ -68,6 +69,7 @@ STRANDS_REQUIREMENTS = [
     "-e",
     ".[strands]",
     "opentelemetry-distro",  # what opentelemetry-instrument users install
+    "strands-agents[a2a]",  # A2AAgent and A2AServer: a delegation over A2A joins the trace
     "pytest>=8",
     "pytest-asyncio>=0.24",
     "hypothesis>=6",

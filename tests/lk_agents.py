@@ -9,6 +9,8 @@ from typing import Any
 
 from livekit.agents import Agent, AgentTask, RunContext, function_tool
 
+from otel_handoff.cli.offline.livekit import finish_task
+
 Hook = Callable[[Agent], Awaitable[None]] | None
 
 
@@ -24,18 +26,19 @@ class HookedAgent(Agent):
         **kwargs: Any,
     ) -> None:
         super().__init__(instructions=instructions, **kwargs)
-        self._enter = enter
-        self._exit = exit
+        # not `_enter`: livekit-agents 2.0's Agent has a method of that name
+        self._enter_hook = enter
+        self._exit_hook = exit
         self.entered = asyncio.Event()
 
     async def on_enter(self) -> None:
         self.entered.set()
-        if self._enter is not None:
-            await self._enter(self)
+        if self._enter_hook is not None:
+            await self._enter_hook(self)
 
     async def on_exit(self) -> None:
-        if self._exit is not None:
-            await self._exit(self)
+        if self._exit_hook is not None:
+            await self._exit_hook(self)
 
 
 class Billing(HookedAgent):
@@ -54,8 +57,8 @@ class CollectEmail(AgentTask[str]):
     def __init__(self) -> None:
         super().__init__(instructions="Collect an email address.")
 
-    async def on_enter(self) -> None:
-        self.complete("someone@example.com")
+    async def on_enter(self) -> Any:
+        return finish_task(self, "someone@example.com")
 
 
 class Triage(HookedAgent):

@@ -13,8 +13,13 @@ import pytest
 from environments import ADK_REQUIREMENTS, ROOT, STRANDS_REQUIREMENTS, environment
 from receivers import IN_CI
 
-ADK_TESTS = ["tests/test_google_adk.py", "tests/test_google_adk_user.py", "tests/test_conversation_leaks.py"]
-STRANDS_TESTS = ["tests/test_strands.py", "tests/test_conversation_leaks.py"]
+ADK_TESTS = [
+    "tests/test_google_adk.py",
+    "tests/test_google_adk_user.py",
+    "tests/test_google_adk_remote.py",
+    "tests/test_conversation_leaks.py",
+]
+STRANDS_TESTS = ["tests/test_strands.py", "tests/test_strands_a2a.py", "tests/test_conversation_leaks.py"]
 
 
 def test_google_adk_in_its_own_environment() -> None:

@@ -72,5 +72,11 @@ def test_the_demo(tmp_path: Path) -> None:
     assert "triage → billing  live_tool:transfer_to_agent" in out
     for phase in ("delivery", "first_output", "transfer_delay", "connect", "send_history", "first_audio"):
         assert f"    {phase} " in out, phase
+    # the remote transfer (a2a-sdk is in ADK's environment): the serving process's set-up joins in
+    remote = out[out.index("demo-remote-session") :]
+    assert remote.count("triage → billing  tool:transfer_to_agent") == 2
+    for phase in ("connect", "request", "remote_setup", "first_output"):
+        assert remote.count(f"    {phase} ") == 2, phase
     summary = run([str(BIN / "otel-handoff"), "summary", str(export)]).stdout
-    assert "google-adk" in summary and "transfer_delay" in summary
+    # the server's remote_setup is its own process's to export: the demo's file holds the caller's
+    assert "google-adk" in summary and "transfer_delay" in summary and "request" in summary

@@ -44,6 +44,8 @@ if FEATURES.connection_metrics:
     ]
 if FEATURES.tool_handoff_after_update and FEATURES.update_output_hook:
     PATCHED.append((events.RunContext, "_make_update_output"))
+if FEATURES.cancel_handoff_hook:
+    PATCHED.append((events.FunctionToolsExecutedEvent, "cancel_agent_handoff"))
 
 
 def current(owner: Any, name: str) -> Any:

@@ -3,6 +3,7 @@ the schema, their examples the real output of the command they show."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -90,8 +91,10 @@ def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("docs")
 
 
+@functools.cache
 def run(command: str, workdir: Path) -> str:
-    """``otel-handoff ...`` as a user types it, optionally with ``(NAME=value ...)`` settings."""
+    """``otel-handoff ...`` as a user types it, optionally with ``(NAME=value ...)`` settings; once
+    per command (two pages' blocks may show one command's output)."""
     settings = dict(re.findall(r"(\w+)=(\S+?)[ )]", command))
     argv = command.split(" (")[0].split()
     assert argv[0] == "otel-handoff"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from ..core import a2a
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
 from ..core.shapes import code_names
 from . import package
@@ -102,7 +103,11 @@ class AgentFrameworkHandoffInstrumentor(HandoffInstrumentor):
             (_CONTEXT, "WorkflowContext.yield_output", h.wrap_yield_output(telemetry)),
         ]
 
+    def after_instrument(self, telemetry: Any) -> None:
+        a2a.instrument()  # its A2AAgent's requests carry trace context; a server it builds extracts it
+
     def before_uninstrument(self, telemetry: Any) -> None:
+        a2a.uninstrument()
         telemetry.flows.clear()
         telemetry.executors.clear()
         telemetry.contexts.clear()

@@ -151,7 +151,9 @@ def _demo(args: argparse.Namespace) -> int:
         print(f"otel-handoff demo: {exc}", file=sys.stderr)
         return 2
     try:
-        print(render_handoffs(result.spans, color=_use_color(), labels=result.labels), end="")
+        print(
+            render_handoffs((*result.spans, *result.served), color=_use_color(), labels=result.labels), end=""
+        )
     finally:  # whatever happens to the output, the spans still go where they were sent
         note = result.shutdown()
     if note:

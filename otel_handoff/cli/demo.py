@@ -15,11 +15,16 @@ import os
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-from livekit.agents import Agent, AgentSession, AgentTask, function_tool, telemetry
+from livekit.agents import Agent, AgentTask, function_tool, telemetry
+
+try:  # 2.0: `AgentSession` is a deprecated alias of `LiveSession`
+    from livekit.agents import LiveSession as AgentSession
+except ImportError:
+    from livekit.agents import AgentSession
 
 from ..livekit import LiveKitHandoffInstrumentor
 from .demo_export import DEFAULT_SERVICE_NAME, DemoResult, DemoSetupError, DemoTracing, write_otlp_json
-from .offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT
+from .offline.livekit import IdleRealtimeModel, ScriptedLLM, SilentSTT, finish_task
 
 __all__ = ["DEFAULT_SERVICE_NAME", "DemoResult", "DemoSetupError", "run_demo", "write_otlp_json"]
 
@@ -61,8 +66,8 @@ class CollectEmail(AgentTask[str]):
     def __init__(self) -> None:
         super().__init__(instructions="Collect the caller's email address.")
 
-    async def on_enter(self) -> None:
-        self.complete("caller@example.com")
+    async def on_enter(self) -> Any:
+        return finish_task(self, "caller@example.com")
 
 
 class Triage(_DemoAgent):

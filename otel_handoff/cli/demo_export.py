@@ -75,6 +75,8 @@ class DemoResult:
     export_path: str | None = None
     otlp_target: str | None = None
     labels: dict[str, str] = field(default_factory=dict)  # conversation id -> what it shows
+    # another process's spans of these handoffs (a remote agent's server): shown, not exported here
+    served: tuple[ReadableSpan, ...] = ()
     _otlp: Any | None = field(default=None, repr=False)
     _exporters: tuple[Any, ...] = field(default=(), repr=False)  # every OTLP exporter, span and metric
 
@@ -157,8 +159,10 @@ class DemoTracing:
         finally:
             instrumentor.uninstrument()
 
-    def result(self, **counts: Any) -> DemoResult:
-        """The finished spans, also written to the export file if one was asked for."""
+    def result(self, served: Sequence[ReadableSpan] = (), **counts: Any) -> DemoResult:
+        """The finished spans, also written to the export file if one was asked for; ``served``,
+        another process's (read back from its own file), only for the waterfall: each process
+        exports its own."""
         spans = tuple(self.memory.get_finished_spans())
         if self.export_path is not None:
             write_otlp_json(spans, self.export_path)
@@ -170,5 +174,6 @@ class DemoTracing:
             otlp_target=self.otlp_target,
             _otlp=self.otlp,
             _exporters=self.exporters,
+            served=tuple(served),
             **counts,
         )

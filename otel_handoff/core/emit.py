@@ -3,8 +3,9 @@
 The ``agent_handoff`` span and its phase children are made back to back, with the real times
 the record holds, once the handoff is over: nothing is left open or made current. Where the
 framework makes its own spans of the handoff while it runs (LiveKit's ``update_agent``), the
-``agent_handoff`` span is started early to be their parent (:func:`start_early`), and completed
-here; the phases the framework's spans already show are then not sent again. Phases that
+``agent_handoff`` span is started early to be their parent (:mod:`.crossing`), and completed
+here; the phases the framework's spans already show (``HandoffRecord.framework_spans``) are then
+not sent again. Phases that
 end later (LiveKit's ``on_enter``) and linked spans (``first_speech``, ``reconnect``) go through
 :func:`emit_late_phase` and :func:`emit_linked`, which take the :class:`Emitted` handle.
 
@@ -106,37 +107,10 @@ class Emitted(NamedTuple):
     end_ns: int = 0  # the handoff span's end: a later phase that ends past it goes beside it
 
 
-def start_early(telemetry: HandoffTelemetry, record: HandoffRecord) -> otel_context.Context | None:
-    """Start the record's ``agent_handoff`` span now, with the handoff's start time, for a framework
-    that makes its own spans of the handoff while it runs (LiveKit's ``update_agent``): the context
-    returned holds it, their parent, so a handoff is one tree. :func:`emit` completes and ends it.
-
-    None where it would not record (a NoOp provider, sampled out): the framework's spans then go
-    where they go without us, never under a span nobody sends."""
-    if record.span is not None or _never_records(telemetry.tracer):
-        return None
-    parent = record.parent if record.parent is not None else otel_context.get_current()
-    parent_span = _span_of(parent)
-    if getattr(parent_span, "end_time", None) is not None:  # over already: one level up, as in emit
-        parent, record.links = _still_open(parent, parent_span, record.links)
-    record.parent = parent
-    record.span = span = telemetry.tracer.start_span(
-        sc.SPAN_HANDOFF,
-        context=parent,
-        kind=SpanKind.INTERNAL,
-        attributes=telemetry.static_attributes,
-        links=record.links,
-        start_time=record.start_ns,
-    )
-    return trace.set_span_in_context(span, parent) if span.is_recording() else None
-
-
 def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
-    """Make the record's ``agent_handoff`` span (or complete the one started early), its phase
-    children and its metrics."""
+    """Make the record's ``agent_handoff`` span, its phase children and its metrics."""
     parent = record.parent if record.parent is not None else otel_context.get_current()
-    span = record.span
-    if span is None and not telemetry.metrics.enabled and _never_records(telemetry.tracer):
+    if not telemetry.metrics.enabled and _never_records(telemetry.tracer):
         # a NoOp tracer provider and NoOp meters (OTEL_SDK_DISABLED, say): nothing to build
         return Emitted(INVALID_SPAN_CONTEXT, parent, parent, False, telemetry.static_attributes)
     attributes, phase_seconds = _attributes(telemetry, record)
@@ -144,7 +118,8 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
     if sc.GEN_AI_CONVERSATION_ID not in attributes:
         _inherit_conversation_id(parent_span, attributes)
     end_ns = max(record.end_ns, record.start_ns)
-    if span is None:
+    opened = record.opened
+    if opened is None:
         links = record.links
         ended = getattr(parent_span, "end_time", None)
         if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
@@ -157,10 +132,12 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             links=links,
             start_time=record.start_ns,
         )
-    else:  # started early: its parent and links were given then
-        record.span = None
+        inside = trace.set_span_in_context(span, parent)
+    else:  # started when the handoff began (core.crossing): finished here with the record
+        span, inside = opened
         span.set_attributes(attributes)
-    inside = trace.set_span_in_context(span, parent)
+        for link in record.links or ():
+            span.add_link(link.context, link.attributes)
     recording = span.is_recording()
     try:
         if recording:  # sampled out (or a NoOp provider): so are its children

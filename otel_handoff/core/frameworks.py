@@ -73,6 +73,8 @@ FRAMEWORKS: tuple[Framework, ...] = (
         # a job's context first: LiveKit starts the job's root span (job_entrypoint) before any session
         starts_at=(
             ("livekit.agents.job", "JobContext.__init__"),
+            # 2.0's LiveSession, then 1.x's AgentSession (on 2.0 an alias `_auto` does not touch)
+            ("livekit.agents.voice.agent_session", "LiveSession.start"),
             ("livekit.agents.voice.agent_session", "AgentSession.start"),
         ),
         demo_module="livekit.agents",

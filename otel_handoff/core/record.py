@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import Link, Span
+from opentelemetry.trace import Link
+
+if TYPE_CHECKING:
+    from .crossing import OpenHandoff
 
 # what a record keeps of a cancellation: an instance never raised, so it holds no traceback
 CANCELLED = asyncio.CancelledError()
@@ -70,9 +73,9 @@ class HandoffRecord:
     # phases that run side by side (a realtime handoff's session update within the old response's
     # drain): what they leave uncovered is found from their union, not from the span less their sum
     phases_overlap: bool = False
-    # its agent_handoff span, started before the handoff ended (:func:`~otel_handoff.core.emit.start_early`)
-    # to be the parent of the framework's own spans of it; the emitter completes and ends it
-    span: Span | None = None
+    # its agent_handoff span, started when the handoff began (core.crossing.open_handoff): emit
+    # ends that span instead of making one, so a request or a framework's spans could carry it
+    opened: OpenHandoff | None = None
     # the framework's own spans of its phases (``PhaseSpec.framework_span``) are under that span, on
     # the same provider: those phases are not sent again as spans, their seconds go on agent_handoff
     framework_spans: bool = False

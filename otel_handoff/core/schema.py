@@ -28,6 +28,7 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"  # only where the framework or app knows it
 ERROR_TYPE = "error.type"
+HTTP_RESPONSE_STATUS_CODE = "http.response.status_code"  # a remote agent's server answered an error
 
 OPERATION_HANDOFF = "agent_handoff"
 
@@ -301,6 +302,21 @@ PHASE_TRANSFER_DELAY = "transfer_delay"
 PHASE_CONNECT = "connect"
 PHASE_SEND_HISTORY = "send_history"
 
+# a transfer to a remote agent (ADK's RemoteA2aAgent, over A2A): the target runs in another process
+SPAN_REQUEST = "agent_handoff.request"
+SPAN_REMOTE_SETUP = "agent_handoff.remote_setup"
+REQUEST_DURATION = "agent_handoff.request.duration"
+REMOTE_SETUP_DURATION = "agent_handoff.remote_setup.duration"
+# the target's address, scheme://host:port/path (never userinfo, query or fragment): it is remote
+TO_AGENT_REMOTE_URL = "agent_handoff.to_agent.remote.url"
+PROTOCOL = "agent_handoff.protocol"  # how the handoff reached the remote agent
+PROTOCOL_A2A = "a2a"
+PHASE_REQUEST = "request"  # the request sent until the remote agent's first event reaches the app
+PHASE_REMOTE_SETUP = "remote_setup"  # the serving process: the request received until its agent's model call
+ERROR_REMOTE_UNREACHABLE = "remote_unreachable"  # no request left: the card or the connection failed
+ERROR_REMOTE_FAILED = "remote_failed"  # the request left; its stream broke or the remote task failed
+REJECTED_REMOTE_REFUSED = "remote_refused"  # the remote server answered the request with an HTTP error
+
 # --- LangGraph ----------------------------------------------------------------------------------
 # handoffs of multi-agent graphs: a tool returning Command(graph=Command.PARENT), and a supervisor's
 # worker handing back on its edge
@@ -388,6 +404,8 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_SETUP, SPAN_SETUP, SETUP_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_CONNECT, SPAN_CONNECT, CONNECT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_SEND_HISTORY, SPAN_SEND_HISTORY, SEND_HISTORY_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_REQUEST, SPAN_REQUEST, REQUEST_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_REMOTE_SETUP, SPAN_REMOTE_SETUP, REMOTE_SETUP_DURATION, ROLE_NESTED),
     PhaseSpec(PHASE_SESSION_UPDATE, SPAN_SESSION_UPDATE, SESSION_UPDATE_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_RESPONSE_DRAIN, SPAN_RESPONSE_DRAIN, RESPONSE_DRAIN_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_OUTPUT, SPAN_FIRST_OUTPUT, FIRST_OUTPUT_DURATION, ROLE_WAIT),

@@ -28,6 +28,7 @@ import importlib
 import inspect
 from typing import Any
 
+from ..core import a2a, crossing
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
 from . import package
 
@@ -133,5 +134,13 @@ class GoogleADKHandoffInstrumentor(HandoffInstrumentor):
     def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
         return _wrap_points(telemetry)
 
+    def after_instrument(self, telemetry: Any) -> None:
+        a2a.instrument()  # a transfer to a RemoteA2aAgent carries its trace context; a server extracts it
+
     def before_uninstrument(self, telemetry: Any) -> None:
+        a2a.uninstrument()
+        for run in telemetry.runs.values():  # a remote transfer's span is open from its start
+            for transfer in run.transfers:
+                if transfer.sending is not None:
+                    crossing.abandon(transfer.sending.opened)
         telemetry.runs.clear()

@@ -12,14 +12,18 @@ connection, the new agent's setup, opening its connection, replaying the history
 from __future__ import annotations
 
 import asyncio
+import functools
+import re
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from ..core import crossing
 from ..core import schema as sc
 from ..core.conversation import Conversation, Conversations
 from ..core.record import PhaseRecord
@@ -92,7 +96,7 @@ class Run:
 
     # --- what the callbacks show -------------------------------------------------------------
 
-    def agent_started(self, name: str, now: int) -> None:
+    def agent_started(self, name: str, now: int, agent: Any = None) -> None:
         context = span_context()
         if context is not None:
             self.agent_contexts[name] = context
@@ -106,6 +110,13 @@ class Run:
                 if not self.live:
                     nested = self.agent_tasks.get(transfer.from_agent or "") is task
                     transfer.path = sc.PATH_NESTED if nested else sc.PATH_NODE
+                    url = remote_url(agent)
+                    if url is not None:
+                        transfer.send_from_here(url, self._parent_of(transfer))
+
+    def _parent_of(self, transfer: Transfer) -> otel_context.Context:
+        """Where a transfer's span goes: under the asking agent's span, the run's, or a new trace."""
+        return self.agent_contexts.get(transfer.from_agent or "") or self.parent or otel_context.Context()
 
     def tool_started(self, call_id: str | None, now: int) -> None:
         self.tools[call_id] = (now, self.arrived_ns, self.released_ns)
@@ -162,12 +173,38 @@ class Run:
         target = getattr(actions, "transfer_to_agent", None)
         if target:
             self._transfer_event(event, target, arrived, released)
-        elif self.live:
+        elif not self.live:
+            for transfer in self.transfers:
+                if transfer.remote_url is not None and event.author == transfer.to_agent:
+                    self._remote_event(transfer, event, arrived)
+                    return
+        else:
             for transfer in self.transfers:
                 if transfer.connect_start_ns and event.author == transfer.to_agent and _speaks(event):
                     self.transfers.remove(transfer)
                     transfer.emit(arrived, spoke=True)
                     return
+
+    def _remote_event(self, transfer: Transfer, event: Any, arrived: int) -> None:
+        """An event of a remote target (ADK makes one of each A2A stream item): the first is the
+        stream open; an error ends the transfer; the first content that is not a thought (the
+        task and its status come as thoughts) is its first output."""
+        if not transfer.remote_first_ns:
+            transfer.remote_first_ns = arrived
+        if getattr(event, "error_message", None) or getattr(event, "error_code", None):
+            self.transfers.remove(transfer)
+            status = _http_status(event)
+            if status is not None:
+                transfer.remote_status = status
+            if not transfer.sent_ns:
+                transfer.emit(arrived, error=sc.ERROR_REMOTE_UNREACHABLE)
+            elif status is not None and 400 <= status < 500:  # the server refused the request
+                transfer.emit(arrived, rejected=sc.REJECTED_REMOTE_REFUSED)
+            else:
+                transfer.emit(arrived, error=sc.ERROR_REMOTE_FAILED)
+        elif _says(event):
+            self.transfers.remove(transfer)
+            transfer.emit(arrived, spoke=True)
 
     def _transfer_event(self, event: Any, target: str, arrived: int, released: int) -> None:
         """The event carrying the transfer: ADK switches to ``target``; other requests are refused."""
@@ -229,6 +266,74 @@ class Run:
         self.conversation.run_ended()
 
 
+# what ADK's RemoteA2aAgent puts in an error event's custom_metadata when the server answered
+_A2A_STATUS_CODE = "a2a:status_code"
+# a2a-sdk's text for an HTTP error it raised (``A2AClientError``), which ADK's error message quotes
+_A2A_HTTP_ERROR = re.compile(r"\bHTTP Error (\d{3})\b")
+
+
+def _http_status(event: Any) -> int | None:
+    """The HTTP status a remote agent's server answered with, where ADK's error event says it
+    (its metadata, or a2a-sdk's "HTTP Error NNN" it quotes); only the number is kept."""
+    found = str((getattr(event, "custom_metadata", None) or {}).get(_A2A_STATUS_CODE, ""))
+    if not found.isdigit():
+        match = _A2A_HTTP_ERROR.search(getattr(event, "error_message", None) or "")
+        found = match.group(1) if match else ""
+    return int(found) if found.isdigit() else None
+
+
+# agent class -> is it ADK's RemoteA2aAgent (or a subclass): looked up once per class
+_REMOTE_CLASSES: weakref.WeakKeyDictionary[type, bool] = weakref.WeakKeyDictionary()
+
+
+def remote_url(agent: Any) -> str | None:
+    """A transfer target served elsewhere (ADK's ``RemoteA2aAgent``, not in task mode, which is
+    delegation): the URL it reaches it by, scheme://host:port/path only; else None."""
+    remote = _REMOTE_CLASSES.get(type(agent))
+    if remote is None:
+        remote = _REMOTE_CLASSES[type(agent)] = any(
+            c.__name__ == "RemoteA2aAgent" for c in type(agent).__mro__
+        )
+    if not remote or getattr(agent, "mode", None) is not None:
+        return None
+    source = getattr(agent, "_agent_card_source", None)  # the card's URL, as the app gave it
+    if not isinstance(source, str) or not source.startswith(("http://", "https://")):
+        card = getattr(agent, "_agent_card", None)
+        source = getattr(card, "url", None) or ""
+        interfaces = getattr(card, "supported_interfaces", None)
+        if not source and interfaces:
+            source = getattr(interfaces[0], "url", "")
+    return without_credentials(source) if source else ""
+
+
+@functools.lru_cache(maxsize=64)  # the few agent cards an app calls, each on every transfer
+def without_credentials(url: str) -> str:
+    """``url`` as scheme://host[:port]/path: no userinfo, query or fragment (where secrets go)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def _says(event: Any) -> bool:
+    """Content the app shows: a part with text, data or a call that is not a thought."""
+    content = getattr(event, "content", None)
+    for part in getattr(content, "parts", None) or ():
+        if getattr(part, "thought", None):
+            continue
+        if getattr(part, "text", None) or getattr(part, "inline_data", None) is not None:
+            return True
+        if getattr(part, "function_call", None) is not None:
+            return True
+    return False
+
+
 def _speaks(event: Any) -> bool:
     """Audio (or, in a text-modality live session, text) in the event's content."""
     content = getattr(event, "content", None)
@@ -264,6 +369,22 @@ class Transfer:
     history_start_ns: int = 0  # live: the history sent to the new connection
     history_end_ns: int = 0
     path: str | None = None  # which ADK runtime switched agents (text)
+    remote_url: str | None = None  # a remote target: the URL it is reached by ("" unknown)
+    sending: crossing.Sending | None = None  # its span, opened when the remote target started
+    remote_first_ns: int = 0  # a remote target: its first event (the A2A stream opened) reached the app
+    remote_status: int | None = None  # a remote target: the HTTP status its server answered an error with
+
+    @property
+    def sent_ns(self) -> int:
+        """A remote target: its request left (0: not yet)."""
+        return self.sending.sent_ns if self.sending is not None else 0
+
+    def send_from_here(self, url: str, parent: otel_context.Context) -> None:
+        """The target is remote: its span starts now (back at the transfer's start), so the request
+        this task sends to the target carries it, and the server's spans go under it."""
+        self.remote_url = url
+        opened = crossing.open_beside_ended(self.run.telemetry, self.start_ns, parent)
+        self.sending = crossing.sending(opened)
 
     def phases(self, end_ns: int, spoke: bool) -> list[PhaseRecord]:
         """The phases seen, back to back; the one still running at ``end_ns`` is ended with it."""
@@ -276,11 +397,26 @@ class Transfer:
         if self.run.live:
             return phases + self._live_phases(end_ns, spoke)
         switched = self.fr_out_ns or self.tool_end_ns
+        if self.remote_url is not None:
+            return phases + self._remote_phases(switched, end_ns, spoke)
         if self.model_start_ns:
             phases.append(PhaseRecord(sc.PHASE_SETUP, switched, self.model_start_ns))
             phases.append(PhaseRecord(sc.PHASE_FIRST_OUTPUT, self.model_start_ns, end_ns if spoke else 0))
         elif self.fr_out_ns:
             phases.append(PhaseRecord(sc.PHASE_SETUP, switched, 0))
+        return phases
+
+    def _remote_phases(self, switched: int, end_ns: int, spoke: bool) -> list[PhaseRecord]:
+        """ADK switching to the remote agent; fetching its card and connecting, until the request
+        leaves; the request until its first event (the stream open); then its first content."""
+        sent = self.sent_ns
+        phases = [PhaseRecord(sc.PHASE_SETUP, switched, self.agent_start_ns)]
+        phases.append(PhaseRecord(sc.PHASE_CONNECT, self.agent_start_ns, sent))
+        if sent:
+            first = self.remote_first_ns if self.remote_first_ns >= sent else 0
+            phases.append(PhaseRecord(sc.PHASE_REQUEST, sent, first))
+            if first:
+                phases.append(PhaseRecord(sc.PHASE_FIRST_OUTPUT, first, end_ns if spoke else 0))
         return phases
 
     def _live_phases(self, end_ns: int, spoke: bool) -> list[PhaseRecord]:
@@ -308,7 +444,7 @@ class Transfer:
     def emit(
         self,
         end_ns: int,
-        error: BaseException | None = None,
+        error: BaseException | str | None = None,
         rejected: str | None = None,
         spoke: bool = False,
     ) -> None:
@@ -318,6 +454,14 @@ class Transfer:
         if self.model_start_ns:
             run.telemetry.awaiting_output -= 1
         attributes: dict[str, Any] = {}
+        if self.sending is not None:
+            self.sending.ended = True  # its task's later requests carry their own context
+        if self.remote_url is not None:
+            attributes[sc.PROTOCOL] = sc.PROTOCOL_A2A
+            if self.remote_url:
+                attributes[sc.TO_AGENT_REMOTE_URL] = self.remote_url
+            if self.remote_status is not None:
+                attributes[sc.HTTP_RESPONSE_STATUS_CODE] = self.remote_status
         outcome = sc.OUTCOME_COMPLETED
         if rejected is not None:
             outcome = sc.OUTCOME_REJECTED
@@ -332,7 +476,7 @@ class Transfer:
         if path is not None:
             attributes[sc.FRAMEWORK_PATH] = path
         end_ns = max(end_ns, self.start_ns)
-        parent = run.agent_contexts.get(self.from_agent or "") or run.parent or otel_context.Context()
+        parent = run._parent_of(self)
         run.conversation.emit(
             start_ns=self.start_ns,
             end_ns=end_ns,
@@ -348,4 +492,5 @@ class Transfer:
             attributes=attributes,
             phases=[] if rejected == sc.REJECTED_MULTIPLE else self.phases(end_ns, spoke),
             duration=(end_ns - self.start_ns) / 1e9,
+            opened=self.sending.opened if self.sending is not None else None,
         )

@@ -17,6 +17,7 @@ from typing import Any
 
 import wrapt
 
+from ..core import crossing
 from ..core.faults import report
 from ..core.instrumentor import wrap_where_defined
 from ._transfer import LIVE_RUN, AdkTelemetry, Run
@@ -112,7 +113,7 @@ def wrap_before_agent(telemetry: AdkTelemetry, wrapped: Any, instance: Any, args
         if run is not None:
             run.invocation_id = context.invocation_id
             agent = kwargs["agent"]
-            run.agent_started(agent.name, _time_ns())
+            run.agent_started(agent.name, _time_ns(), agent)
             if run.live:
                 LIVE_RUN.set(weakref.ref(run))  # this agent's live flow runs in this task
                 _watch_live_model(telemetry, agent)
@@ -167,9 +168,12 @@ async def _after_transfer_tool(run: Run, callbacks: Any, kwargs: dict[str, Any])
 
 
 def wrap_before_model(telemetry: AdkTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """A model call is about to start: for a transfer's new agent, once its callbacks are done."""
+    """A model call is about to start: for a transfer's new agent, once its callbacks are done;
+    in a server answering an A2A request sent with a caller's context, the end of its set-up."""
     run = None
     try:
+        if telemetry.enabled:
+            crossing.serving_started(telemetry, _time_ns())
         context = kwargs["callback_context"]
         run = _run_of(telemetry, context)
         if run is not None and not (run.transfers and run.awaits_model_call(context.agent_name)):

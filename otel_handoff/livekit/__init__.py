@@ -16,6 +16,7 @@ parent and the phases LiveKit's spans show are durations on it, not spans again.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import logging
 from typing import Any
 
@@ -49,13 +50,14 @@ def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
     def bound(wrapper: Any, *more: Any) -> Any:
         return functools.partial(wrapper, telemetry, *more)
 
+    session = features.session_class  # LiveSession from 2.0
     points = [
-        (_SESSION_MODULE, "AgentSession.__init__", _wrappers.wrap_session_init),
-        (_SESSION_MODULE, "AgentSession.update_agent", bound(_wrappers.wrap_update_agent)),
-        (_SESSION_MODULE, "AgentSession._update_activity", bound(_wrappers.wrap_update_activity)),
-        (_SESSION_MODULE, "AgentSession._update_activity_task", _wrappers.wrap_update_activity_task),
-        (_SESSION_MODULE, "AgentSession._update_agent_state", bound(_wrappers.wrap_update_agent_state)),
-        (_SESSION_MODULE, "AgentSession._aclose_impl", bound(_wrappers.wrap_session_close)),
+        (_SESSION_MODULE, f"{session}.__init__", _wrappers.wrap_session_init),
+        (_SESSION_MODULE, f"{session}.update_agent", bound(_wrappers.wrap_update_agent)),
+        (_SESSION_MODULE, f"{session}._update_activity", bound(_wrappers.wrap_update_activity)),
+        (_SESSION_MODULE, f"{session}._update_activity_task", _wrappers.wrap_update_activity_task),
+        (_SESSION_MODULE, f"{session}._update_agent_state", bound(_wrappers.wrap_update_agent_state)),
+        (_SESSION_MODULE, f"{session}._aclose_impl", bound(_wrappers.wrap_session_close)),
         (_ACTIVITY_MODULE, "AgentActivity.__init__", _wrappers.wrap_activity_init),
         *(
             (
@@ -88,6 +90,14 @@ def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
         ]
     if features.update_agent_span:
         points.append((_TRACES_MODULE, "_DynamicTracer.start_span", bound(_wrappers.wrap_livekit_start_span)))
+    if features.cancel_handoff_hook:
+        points.append(
+            (
+                _EVENTS_MODULE,
+                "FunctionToolsExecutedEvent.cancel_agent_handoff",
+                bound(_wrappers.wrap_cancel_agent_handoff),
+            )
+        )
     if features.tool_handoff_after_update is not None and features.update_output_hook:
         points.append(
             (_EVENTS_MODULE, "RunContext._make_update_output", bound(_wrappers.wrap_make_update_output))
@@ -104,15 +114,24 @@ def _its_stt(stream: Any) -> Any:
 
 
 class LiveKitHandoffInstrumentor(HandoffInstrumentor):
-    """Traces LiveKit Agents handoffs (livekit-agents 1.2.18 and later)."""
+    """Traces LiveKit Agents handoffs (livekit-agents 1.2.18 and later, 2.0 pre-releases)."""
 
     package = package
     release = "livekit-agents"
     untraced = "handoffs are"
     _rejection_log: logging.Filter | None = None
 
+    @property
+    def newest_tested(self) -> str:
+        """A pre-release the matrix passes is tested; a 1.8.x after 1.8.9 is still newer."""
+        installed = importlib.metadata.version(self.release)
+        return installed if installed in package.PRERELEASES_TESTED else package.NEWEST_TESTED
+
     def detect(self) -> _features.LiveKitFeatures:
         return _features.detect()
+
+    def missing(self) -> list[str]:
+        return _features.missing(_features.detect())
 
     def make_telemetry(
         self, parts: TelemetryParts, features: _features.LiveKitFeatures

@@ -18,6 +18,10 @@ from ..core.shapes import code_names, code_of, holds_text, loads_in_sequence
 _LOG = logging.getLogger(__name__)
 
 
+# 2.0 renamed `AgentSession` to `LiveSession`; the old name is a module `__getattr__` alias that warns
+SESSION_CLASSES = ("LiveSession", "AgentSession")
+
+
 @dataclasses.dataclass(frozen=True)
 class LiveKitFeatures:
     version: str
@@ -32,6 +36,10 @@ class LiveKitFeatures:
     # how `_detach_reusable_resources` decides (read from its code, it changed in 1.5.x/1.6.x)
     stt_reuse_needs_default_node: bool = True
     realtime_reuse_checks_turn_detection: bool = True
+    # where that decision reads the new agent's history: "agent" (`activity.agent.chat_ctx`, 1.x) or
+    # "activity" (`activity._chat_ctx`, 2.0: an agent's history is its activity's, and reading
+    # `agent.chat_ctx` outside the agent's hooks raises); None when neither (refused: `missing`)
+    realtime_reuse_history: str | None = "agent"
     # `RealtimeSession/RecognizeStream._report_connection_acquired` (acquire_time metrics)
     connection_metrics: bool = False
     # what a tool returning an Agent after `ctx.update()` gets: "rejected", "deferred" or None
@@ -41,9 +49,13 @@ class LiveKitFeatures:
     # `_update_activity` starts LiveKit's own `update_agent` span, its drain/pause and start/resume
     # spans under it, through its tracer's `start_span` (1.8.2+): a handoff's parent of them
     update_agent_span: bool = False
+    # `FunctionToolsExecutedEvent.cancel_agent_handoff()`: the app drops a tool's handoff
+    cancel_handoff_hook: bool = False
     # the job a session runs in, or None: `get_job_context(required=False)` (1.5+), or
     # `get_job_context()` raising RuntimeError outside a job (earlier releases)
     job_context: Any = None
+    # the session class's own name in `agent_session` (never read through the warning alias)
+    session_class: str = "AgentSession"
 
     def conversation_id(self) -> str | None:
         """The room sid, which LiveKit 1.8 stamps as ``gen_ai.conversation.id`` on its own spans.
@@ -88,7 +100,7 @@ def _has_update_output_hook() -> bool:
 UPDATE_AGENT_SPAN = "update_agent"  # LiveKit's own span of a handoff (1.8.2+)
 
 
-def _has_update_agent_span(session_module: Any) -> bool:
+def _has_update_agent_span(session_module: Any, session_cls: type) -> bool:
     """Does `_update_activity` start LiveKit's `update_agent` span with the `start_span` of its
     module's tracer (the `_DynamicTracer` that `livekit.agents.telemetry` exports)?"""
     try:
@@ -96,13 +108,60 @@ def _has_update_agent_span(session_module: Any) -> bool:
     except ImportError:
         return False
     tracer_class = getattr(traces, "_DynamicTracer", None)
-    update = getattr(session_module.AgentSession, "_update_activity", None)
+    update = getattr(session_cls, "_update_activity", None)
     return (
         tracer_class is not None
         and isinstance(getattr(session_module, "tracer", None), tracer_class)
         and holds_text(update, UPDATE_AGENT_SPAN)
         and "start_span" in code_names(update)
     )
+
+
+def session_class_name(agent_session: Any) -> str:
+    """The session class as its module defines it: `LiveSession` (2.0) or `AgentSession` (1.x)."""
+    defined = vars(agent_session)
+    return next((name for name in SESSION_CLASSES if name in defined), "AgentSession")
+
+
+def _realtime_reuse_history(detach: Any) -> str | None:
+    """Where `_detach_reusable_resources` reads the new agent's history for its realtime check."""
+    if detach is None:  # before 1.5.3: no reuse, nothing to mirror
+        return "agent"
+    if loads_in_sequence(detach, "new_activity", "agent", "chat_ctx"):
+        return "agent"
+    if loads_in_sequence(detach, "new_activity", "_chat_ctx"):
+        return "activity"
+    return None
+
+
+def missing(features: LiveKitFeatures) -> list[str]:
+    """What this release does in a way the wrappers cannot mirror: then nothing is patched."""
+    from livekit.agents.voice import agent_session
+
+    problems = python_handoff_path(vars(agent_session)[features.session_class])
+    if features.reuse and features.realtime_reuse_history is None:
+        problems.append("the new agent's history as _detach_reusable_resources reads it")
+    return problems
+
+
+def python_handoff_path(session_cls: type) -> list[str]:
+    """Does a handoff still go `update_agent` → `_update_activity_task` → `_update_activity` in
+    Python? 2.0 ships a compiled core with a session of its own (`_core.AgentSession`, unused by
+    2.0.0b1's `LiveSession`); a session that hands off there would pass by every wrapper."""
+    calls = (("update_agent", "_update_activity_task"), ("_update_activity_task", "_update_activity"))
+    return [
+        f"{session_cls.__name__}.{caller} calling {callee}"
+        for caller, callee in calls
+        if callee not in code_names(getattr(session_cls, caller, None))
+    ]
+
+
+def _has_cancel_handoff_hook() -> bool:
+    try:
+        from livekit.agents.voice.events import FunctionToolsExecutedEvent
+    except ImportError:
+        return False
+    return callable(getattr(FunctionToolsExecutedEvent, "cancel_agent_handoff", None))
 
 
 def _job_context() -> Any:
@@ -128,7 +187,8 @@ def detect() -> LiveKitFeatures:
     from livekit.agents import __version__
     from livekit.agents.voice import agent_activity, agent_session
 
-    session_cls = agent_session.AgentSession
+    session_class = session_class_name(agent_session)
+    session_cls = vars(agent_session)[session_class]
     activity_cls = agent_activity.AgentActivity
     reusable = getattr(agent_activity, "_ReusableResources", None)
     reusable_fields = (
@@ -155,12 +215,15 @@ def detect() -> LiveKitFeatures:
         stt_reuse_needs_default_node=detach is None or loads_in_sequence(detach, "Agent", "stt_node"),
         realtime_reuse_checks_turn_detection=detach is None
         or "_rt_turn_detection_enabled" in code_names(detach),
+        realtime_reuse_history=_realtime_reuse_history(detach),
         connection_metrics=hasattr(llm.RealtimeSession, "_report_connection_acquired")
         and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
         tool_handoff_after_update=_tool_handoff_after_update(),
         update_output_hook=_has_update_output_hook(),
-        update_agent_span=_has_update_agent_span(agent_session),
+        update_agent_span=_has_update_agent_span(agent_session, session_cls),
+        cancel_handoff_hook=_has_cancel_handoff_hook(),
         job_context=_job_context(),
+        session_class=session_class,
     )
     for flag, what in (
         ("queue_wait", "queue wait (no earlier-handoff await in _update_activity_task)"),

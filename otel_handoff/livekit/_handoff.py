@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, SpanContext
 
+from ..core import crossing
 from ..core import schema as sc
-from ..core.emit import Emitted, emit, emit_late_phase, emit_linked, span_in, start_early
+from ..core.emit import Emitted, emit, emit_late_phase, emit_linked, span_in
 from ..core.faults import report
 from ..core.heard import attributes as downlink_attributes
 from ..core.record import CANCELLED, HandoffRecord, PhaseRecord, kept_error
@@ -316,13 +317,16 @@ class LiveKitHandoff:
         theirs = span_in(root) if root is not None else None
         if theirs is None or not theirs.is_recording():
             return None
-        parent = start_early(self.telemetry, self.record)
-        ours = self.record.span
+        record = self.record
+        parent = record.parent if record.parent is not None else otel_context.get_current()
+        record.opened = opened = crossing.open_beside_ended(self.telemetry, record.start_ns, parent)
+        ours = opened.span  # emit completes and ends it, whatever is decided here
         # one SDK provider, one resource object: its tracers hand it to every span they start
-        if parent is None or getattr(theirs, "resource", None) is not getattr(ours, "resource", False):
-            return None  # ours, started, is completed and ended as any
+        same_provider = getattr(theirs, "resource", None) is getattr(ours, "resource", False)
+        if not (same_provider and ours.is_recording()):
+            return None
         self.livekit_open = True
-        return parent
+        return opened.context
 
     def livekit_spans_started(self, span: Any) -> None:
         """LiveKit's ``update_agent`` is under ours: where it records, the backend gets its

@@ -55,7 +55,9 @@ def realtime_blockers(old: Any, new: Any, features: LiveKitFeatures) -> list[str
     if not capabilities.mutable_chat_context:
         options = {"exclude_instructions": True, "exclude_handoff": True, "exclude_config_update": True}
         current = old._rt_session.chat_ctx.copy(**options)
-        if not current.is_equivalent(new.agent.chat_ctx.copy(**options)):
+        # 2.0 keeps the history on the activity; its agent's `chat_ctx` raises outside its hooks
+        history = new._chat_ctx if features.realtime_reuse_history == "activity" else new.agent.chat_ctx
+        if not current.is_equivalent(history.copy(**options)):
             reasons.append(sc.BLOCKED_CHAT_CTX)
     if not capabilities.mutable_instructions and old.agent.instructions != new.agent.instructions:
         reasons.append(sc.BLOCKED_INSTRUCTIONS)

@@ -37,6 +37,7 @@ LIVEKIT_SCOPE = "livekit-agents"  # the instrumentation scope of LiveKit's own s
 _NEW_ACTIVITY_PHASES = frozenset((sc.START, sc.RESUME))
 FINAL_UPDATE_SUFFIX = "_final"  # `RunContext._make_update_output` of a tool's return after ctx.update()
 REJECTED_AFTER_UPDATE = "agent handoff after a progress update is not supported"
+CANCELLED_BY_APP = "cancel_agent_handoff"  # the rejection reason of a handoff the app cancelled
 
 
 @dataclass(kw_only=True)
@@ -688,3 +689,31 @@ def _note_rejection(telemetry: LiveKitTelemetry, record: logging.LogRecord) -> N
         telemetry, session, LATE_AGENT.get(), sc.TRIGGER_TOOL, tool=tool, parent=otel_context.get_current()
     )
     handoff.reject(REJECTED_AFTER_UPDATE, activity.agent)
+
+
+# --- a tool's handoff the app cancelled (`function_tools_executed` handler) ---------------------
+def wrap_cancel_agent_handoff(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    """The app's ``function_tools_executed`` handler called ``ev.cancel_agent_handoff()``: the
+    framework drops the agent its tool returned without a word; the request is a rejected handoff."""
+    asked = getattr(instance, "_handoff_required", False) is True  # the first cancel only
+    result = wrapped(*args, **kwargs)
+    if asked and telemetry.tool_causes:
+        guard("cancelled handoff", _note_cancelled, telemetry, instance)
+    return result
+
+
+def _note_cancelled(telemetry: LiveKitTelemetry, event: Any) -> None:
+    from livekit.agents.voice.agent_activity import _AgentActivityContextVar
+
+    calls = {call.call_id for call in event.function_calls}
+    found = next((pair for pair in list(telemetry.tool_causes.items()) if pair[1].call_id in calls), None)
+    activity = _AgentActivityContextVar.get(None)  # the reply task of the activity whose tool it was
+    session = getattr(activity, "_session", None)
+    if found is None or session is None:
+        return
+    agent, tool = found
+    telemetry.tool_causes.pop(agent, None)
+    handoff = _new_handoff(telemetry, session, agent, sc.TRIGGER_TOOL, tool=tool)
+    handoff.reject(CANCELLED_BY_APP, activity.agent)

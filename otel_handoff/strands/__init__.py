@@ -27,6 +27,7 @@ import contextlib
 import inspect
 from typing import Any
 
+from ..core import a2a
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
 from . import package
 
@@ -116,7 +117,11 @@ class StrandsHandoffInstrumentor(HandoffInstrumentor):
             (_STREAMING, "handle_message_start", h.wrap_message_start(telemetry)),
         ]
 
+    def after_instrument(self, telemetry: Any) -> None:
+        a2a.instrument()  # its A2AAgent's requests carry trace context; a server it builds extracts it
+
     def before_uninstrument(self, telemetry: Any) -> None:
+        a2a.uninstrument()
         telemetry.runs.clear()
         telemetry.starting.clear()
         telemetry.agents.clear()

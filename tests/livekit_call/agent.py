@@ -12,6 +12,7 @@ runs calls in threads of the worker process instead of a process each.
 plugins; the last lines hand the process to the test's measurements when asked.)
 """
 
+import inspect
 import os
 
 from livekit.agents import (
@@ -69,10 +70,18 @@ def prewarm(proc: JobProcess) -> None:
 executor = (
     JobExecutorType.THREAD if os.environ.get("AGENT_JOB_EXECUTOR") == "thread" else JobExecutorType.PROCESS
 )
-server = AgentServer(setup_fnc=prewarm, load_fnc=active_calls, job_executor_type=executor)
+# the agent's name is the server's in livekit-agents 2.0, its rtc_session's in 1.x
+NAMED = {"agent_name": "support-line"}
+NAMED_ON_SESSION = "agent_name" in inspect.signature(AgentServer.rtc_session).parameters
+server = AgentServer(
+    setup_fnc=prewarm,
+    load_fnc=active_calls,
+    job_executor_type=executor,
+    **({} if NAMED_ON_SESSION else NAMED),
+)
 
 
-@server.rtc_session(agent_name="support-line")
+@server.rtc_session(**(NAMED if NAMED_ON_SESSION else {}))
 async def entrypoint(ctx: JobContext) -> None:
     vad = ctx.proc.userdata.get("vad")
     session = AgentSession(

@@ -16,6 +16,7 @@ copied so the agent's process imports nothing of ours):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,6 +27,11 @@ from livekit.agents import llm, stt, tts, utils
 from livekit.agents.types import DEFAULT_API_CONNECT_OPTIONS, NOT_GIVEN, APIConnectOptions
 from timeline import Timeline
 
+
+def _fields(cls: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(cls)}
+
+
 _SPEECH = 0.01  # a sample this loud (of full scale) is speech: the caller's own measure of its end
 
 
@@ -33,7 +39,9 @@ class EndpointingSTT(stt.STT):
     """A streaming STT that recognises ``transcript`` in whatever the caller says."""
 
     def __init__(self, transcript: str, *, silence: float = 0.3) -> None:
-        capabilities = stt.STTCapabilities(streaming=True, interim_results=False, manual_flush=True)
+        # manual_flush: 1.8 flushes such an STT instead of waiting; livekit-agents 2.0 has no such capability
+        flush = {"manual_flush": True} if "manual_flush" in _fields(stt.STTCapabilities) else {}
+        capabilities = stt.STTCapabilities(streaming=True, interim_results=False, **flush)
         super().__init__(capabilities=capabilities)
         self.transcript = transcript
         self.silence = silence

@@ -2,7 +2,7 @@
 
 The demo and the tests run the framework's own handoff path end to end; only the model edges
 (LLM, STT, realtime model) are replaced, and just enough for handoffs and resource reuse to
-happen for real. Works on livekit-agents 1.2.18 … 1.8.9.
+happen for real. Works on livekit-agents 1.2.18 … 1.8.9 and 2.0.0b1.
 
 Import this module only when livekit-agents is installed.
 """
@@ -26,6 +26,7 @@ __all__ = [
     "ScriptedLLMStream",
     "SilentRecognizeStream",
     "SilentSTT",
+    "finish_task",
     "settle",
 ]
 
@@ -38,6 +39,18 @@ async def settle(session: Any) -> None:
     activity = session._activity
     if activity is not None and activity._on_enter_task is not None:
         await asyncio.gather(activity._on_enter_task, return_exceptions=True)
+
+
+def finish_task(task: Any, value: Any) -> Any:
+    """End an ``AgentTask`` from its ``on_enter`` with ``value``; return what on_enter returns.
+
+    1.x: ``task.complete(value)``, and on_enter returns nothing. 2.0 took ``complete()`` away: an
+    on_enter returns ``llm.Completed(value)`` and the framework completes the task with it.
+    """
+    if hasattr(task, "complete"):
+        task.complete(value)
+        return None
+    return llm.Completed(value)
 
 
 def _tool_name(tool: Any) -> str | None:
