@@ -11,7 +11,9 @@ machine noise hits all alike:
 - **D** both on the same SDK provider (the realistic set-up);
 - **F** the floor: the spans otel-handoff emits per handoff (names, count, attributes read off a
   real instrumented run) started and ended by a bare loop on C's provider, no framework;
-- **FD** the same floor on D's provider (which LiveKit gave its PII-filtering processor);
+- **FD** the floor of D (read off a real D run: on LiveKit 1.8.2 and later LiveKit's own spans
+  stand for some of ours there, so D sends fewer) on D's provider (which LiveKit gave its
+  PII-filtering processor);
 - diagnostics **C0** (otel-handoff on a NoOp tracer provider: its bookkeeping alone) and **FA**
   (A plus the floor's spans emitted bare inside ``on_enter``: the spans' cost in situ).
 
@@ -263,8 +265,13 @@ class Bench:
         lk_telemetry.set_tracer_provider(self.shared)
         lk_telemetry.set_tracer_provider(self.noop)
         self.instrumentor = LiveKitHandoffInstrumentor()
-        self.floor: FloorSpec | None = None
+        self.floor: FloorSpec | None = None  # C's: LiveKit's telemetry off
+        self.floor_shared: FloorSpec | None = None  # D's: LiveKit's telemetry on our provider
         self.instrument_ns: list[int] = []  # each instrument() call (feature detection included)
+
+    def floor_of(self, variant: Variant) -> FloorSpec | None:
+        """The spans otel-handoff emits per handoff in ``variant``'s set-up."""
+        return self.floor_shared if variant.livekit else self.floor
 
     def provider(self, variant: Variant) -> TracerProvider:
         return self.shared if variant.livekit else self.plain
@@ -347,10 +354,11 @@ class Bench:
 
     def _check_spans(self, variant: Variant, n: int, ours: int, livekit: int) -> None:
         """The variant emitted the spans it should, and no others."""
-        if variant.ours and self.floor is not None and ours != n * self.floor.span_count:
+        floor = self.floor_of(variant)
+        if variant.ours and floor is not None and ours != n * floor.span_count:
             raise RuntimeError(
                 f"variant {variant.key}: {ours} otel-handoff spans for {n} handoffs, "
-                f"expected {self.floor.span_count} each (did the span model change mid-run?)"
+                f"expected {floor.span_count} each (did the span model change mid-run?)"
             )
         if variant.ours and ours == 0:
             raise RuntimeError(f"variant {variant.key}: no otel-handoff spans")
@@ -361,9 +369,9 @@ class Bench:
 
     def floor_loop(self, variant: Variant, n: int, out: Samples | None, memory: bool = False) -> None:
         """``n`` handoffs' worth of otel-handoff's spans, bare."""
-        assert self.floor is not None
+        spec = self.floor_of(variant)
+        assert spec is not None
         self.reset()
-        spec = self.floor
         tracer = self.provider(variant).get_tracer("otel_handoff.bench.floor")
         exporter = self.exporter(variant)
         before = exporter.snapshot()
@@ -398,21 +406,28 @@ class Bench:
             out.ours_spans += ours
 
     async def calibrate(self) -> FloorSpec:
-        """Read the floor's spans off a real instrumented run (C)."""
-        self.plain_exporter.capture = True
-        try:
-            self.floor = None
-            await self.handoffs(BY_KEY["C"], 6, None)
-            spans = list(self.plain_exporter.captured)
-        finally:
-            self.plain_exporter.capture = False
-            self.plain_exporter.captured.clear()
-        spec = FloorSpec.from_spans(spans)
-        roots = sum(1 for s in spans if s.name == sc.SPAN_HANDOFF)
-        if roots != 6 or len(spans) != 6 * spec.span_count:
-            raise RuntimeError(f"calibration: {len(spans)} spans, {roots} handoffs: shapes differ")
-        self.floor = spec
-        return spec
+        """Read the floors' spans off real instrumented runs (C, and D for FD); C's is returned."""
+        self.floor = self.floor_shared = None
+        for key in ("C", "D"):
+            variant = BY_KEY[key]
+            exporter = self.exporter(variant)
+            exporter.capture = True
+            try:
+                await self.handoffs(variant, 6, None)
+                spans = [s for s in exporter.captured if _is_ours(s.name)]
+            finally:
+                exporter.capture = False
+                exporter.captured.clear()
+            spec = FloorSpec.from_spans(spans)
+            roots = sum(1 for s in spans if s.name == sc.SPAN_HANDOFF)
+            if roots != 6 or len(spans) != 6 * spec.span_count:
+                raise RuntimeError(f"calibration: {len(spans)} spans, {roots} handoffs: shapes differ")
+            if variant.livekit:
+                self.floor_shared = spec
+            else:
+                self.floor = spec
+        assert self.floor is not None
+        return self.floor
 
     async def run(self, variant: Variant, n: int, out: Samples | None, memory: bool = False) -> None:
         if variant.floor == "bare":
@@ -448,14 +463,15 @@ async def count_opcodes(bench: Bench, variant: Variant, n: int) -> dict[str, Any
         return trace_opcode
 
     if variant.floor == "bare":  # the floor's spans alone, as the floor loop emits them
-        assert bench.floor is not None
+        floor = bench.floor_of(variant)
+        assert floor is not None
         bench.reset()
         tracer = bench.provider(variant).get_tracer("otel_handoff.bench.floor")
-        bench.floor.emit(tracer)
+        floor.emit(tracer)
         sys.settrace(trace_call)
         try:
             for _ in range(n):
-                bench.floor.emit(tracer)
+                floor.emit(tracer)
         finally:
             sys.settrace(None)
         return _work(opcodes, calls, n)
@@ -629,6 +645,10 @@ async def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[
     bench = Bench()
     spec = await bench.calibrate()
     log(f"floor: {spec.span_count} spans per handoff: {[spec.name] + [n for n, _ in spec.children]}")
+    shared = bench.floor_shared
+    assert shared is not None
+    names = [shared.name] + [n for n, _ in shared.children]
+    log(f"floor of D: {shared.span_count} spans per handoff: {names}")
 
     rounds = math.ceil(args.handoffs / args.batch)
     warm = max(5, args.batch // 4)
@@ -692,6 +712,7 @@ async def measure(args: argparse.Namespace, log: Callable[[str], None]) -> dict[
             "calls": len(bench.instrument_ns),
         },
         "floor_spec": spec.describe(),
+        "floor_spec_D": shared.describe(),
         "variants": variants,
         "comparisons": {k: {"value": v, "ci95": intervals.get(k)} for k, v in point.items()},
         "memory": mem,

@@ -4,7 +4,8 @@ Runs each framework's ``otel-handoff demo`` (the real framework offline, ``--exp
 OTLP/JSON it wrote back into ``ExportTraceServiceRequest`` messages and weighs otel-handoff's own
 spans (``agent_handoff*``) as the OTLP exporter sends them: protobuf bytes per handoff, plain and
 gzip-compressed (``OTEL_EXPORTER_OTLP_COMPRESSION=gzip``), one request per trace as the file holds
-them. The framework's own spans in the same traces are reported beside them, for scale. Every
+them. The framework's own spans in the same traces are reported beside them, and both together
+(what the backend gets of the demo; where LiveKit spans a handoff itself, ours do not repeat it). Every
 framework of the registry; one whose demo this Python cannot import runs with the Python of its own
 environment, ``.venv-KEY`` beside this checkout (the suite makes ``.venv-google-adk``).
 
@@ -65,7 +66,7 @@ def measure(framework: Framework) -> dict[str, float]:
         )
         requests = [otlp_json.parse_request(json.loads(line)) for line in export.read_text().splitlines()]
     handoffs = ours = theirs = 0
-    plain = zipped = their_bytes = 0
+    plain = zipped = their_bytes = both_bytes = 0
     for request in requests:
         mine = only(request, ours=True)
         spans = [s for rs in mine.resource_spans for ss in rs.scope_spans for s in ss.spans]
@@ -77,6 +78,7 @@ def measure(framework: Framework) -> dict[str, float]:
         others = only(request, ours=False)
         theirs += sum(len(ss.spans) for rs in others.resource_spans for ss in rs.scope_spans)
         their_bytes += len(others.SerializeToString())
+        both_bytes += len(request.SerializeToString())
     return {
         "handoffs": handoffs,
         "spans": ours / handoffs,
@@ -84,20 +86,22 @@ def measure(framework: Framework) -> dict[str, float]:
         "gzip": zipped / handoffs,
         "framework_spans": theirs / handoffs,
         "framework_bytes": their_bytes / handoffs,
+        "together_bytes": both_bytes / handoffs,
     }
 
 
 def main() -> None:
     rows = [
         "| framework (demo) | handoffs | our spans / handoff | bytes / handoff | gzip | "
-        "the framework's own spans / handoff (bytes) |",
-        "|---|---:|---:|---:|---:|---:|",
+        "the framework's own spans / handoff (bytes) | together (bytes) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for framework in FRAMEWORKS:
         m = measure(framework)
         rows.append(
             f"| {framework.key} | {m['handoffs']:.0f} | {m['spans']:.1f} | {m['bytes']:,.0f} | "
-            f"{m['gzip']:,.0f} | {m['framework_spans']:.1f} ({m['framework_bytes']:,.0f}) |"
+            f"{m['gzip']:,.0f} | {m['framework_spans']:.1f} ({m['framework_bytes']:,.0f}) | "
+            f"{m['spans'] + m['framework_spans']:.1f} ({m['together_bytes']:,.0f}) |"
         )
     table = "\n".join(rows)
     print(table)

@@ -563,13 +563,33 @@ def expected_phases(handoff: Span) -> set[str]:
     return leaving | entering
 
 
+def phase_names(spans: list[Span], handoff: Span) -> set[str]:
+    """The handoff's phases: its phase children, and (LiveKit 1.8.2+) each phase whose LiveKit span
+    stood for it under the handoff (``PhaseSpec.framework_span``), its seconds on the handoff."""
+    below, found = [handoff["span_id"]], set()
+    while below:
+        parent = below.pop()
+        for span in spans:
+            if span["parent_id"] == parent:
+                found.add(span["name"])
+                if not span["name"].startswith(sc.SPAN_HANDOFF):  # LiveKit's subtree, ours is flat
+                    below.append(span["span_id"])
+    stood_for = {
+        spec.span
+        for spec in sc.PHASE_REGISTRY
+        if spec.framework_span in found and spec.duration_attribute in handoff["attributes"]
+    }
+    return {name for name in found if name.startswith(sc.SPAN_HANDOFF + ".")} | stood_for
+
+
 def check_handoff_tree(spans: list[Span]) -> list[Span]:
-    """Every agent_handoff has its phase children and hangs, in one trace, off LiveKit's session span."""
+    """Every agent_handoff has its phases (children, or LiveKit's spans under it) and hangs, in one
+    trace, off LiveKit's session span."""
     by_id = {s["span_id"]: s for s in spans}
     handoffs = [s for s in spans if s["name"] == sc.SPAN_HANDOFF]
     assert handoffs, "no agent_handoff span arrived"
     for handoff in handoffs:
-        children = {s["name"] for s in spans if s["parent_id"] == handoff["span_id"]}
+        children = phase_names(spans, handoff)
         assert expected_phases(handoff) <= children, (handoff["attributes"], children)
         for child in (s for s in spans if s["parent_id"] == handoff["span_id"]):
             assert child["trace_id"] == handoff["trace_id"]

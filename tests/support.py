@@ -48,6 +48,13 @@ class Spans:
         ]
         return sorted(found, key=lambda s: s.start_time)
 
+    def phases(self, handoff: ReadableSpan, name: str | None = None) -> list[Any]:
+        """The handoff's phases in start order, as the waterfall draws them: its phase children,
+        and those LiveKit's own spans stood for (1.8.2+), from their seconds on the handoff."""
+        from otel_handoff.cli.waterfall import handoff_phases
+
+        return [p for p in handoff_phases(handoff, self.all()) if name is None or p.name == name]
+
     def by_id(self, span_id: int) -> ReadableSpan | None:
         return next((s for s in self.all() if s.context.span_id == span_id), None)
 
@@ -192,7 +199,8 @@ class ConventionScan(SpanProcessor):
         self.errors_checked = 0
         self.handoffs_accounted = 0
         self.violations: list[str] = []
-        self._phases: dict[int, list[tuple[int, int]]] = {}  # handoff span id -> its children so far
+        # handoff span id -> its children so far: (start, end, name)
+        self._phases: dict[int, list[tuple[int, int, str]]] = {}
         self._ended: dict[int, int] = {}  # handoff span id -> its end
         # span id -> (name, end, has a parent, instrumentation scope)
         self._any_ended: dict[int, tuple[str, int, bool, str]] = {}
@@ -245,20 +253,31 @@ class ConventionScan(SpanProcessor):
             if parent in self._ended and span.end_time > self._ended[parent]:
                 self.violations.append(f"{span.name}: ends after its agent_handoff")
             elif parent is not None:
-                self._phases.setdefault(parent, []).append((span.start_time, span.end_time))
+                self._phases.setdefault(parent, []).append((span.start_time, span.end_time, span.name))
             return
         start, end = span.start_time, span.end_time
         self._ended[span.context.span_id] = end
         phases = self._phases.pop(span.context.span_id, [])
-        if not phases:
+        # phases LiveKit's own spans stood for (not sent again): their seconds are on the handoff
+        sent = {name for _, _, name in phases}
+        stood_for = [
+            spec
+            for spec in sc.PHASE_REGISTRY
+            if spec.framework_span and spec.span not in sent and attributes.get(spec.duration_attribute)
+        ]
+        if not phases and not stood_for:
             return
         gaps, reach = 0, start
-        for phase_start, phase_end in sorted(phases):
+        for phase_start, phase_end, name in sorted(phases):
             if phase_end > end:
                 self.violations.append(f"{sc.SPAN_HANDOFF}: a phase ends after it")
+            nested = sc.PHASES_BY_SPAN.get(name)
+            if stood_for and nested is not None and nested.role == sc.ROLE_NESTED:
+                continue  # inside a phase counted from its seconds
             gaps += max(0, min(phase_start, end) - reach)
             reach = max(reach, phase_end)
         gaps += max(0, end - reach)
+        gaps -= round(sum(attributes[spec.duration_attribute] for spec in stood_for) * 1e9)
         reported = attributes.get(sc.UNATTRIBUTED_DURATION)
         self.handoffs_accounted += 1
         # phases' own clocks meet to within microseconds (a lock wait and the phase it precedes)

@@ -65,7 +65,7 @@ async def test_realtime_reused_with_mutable_model_times_each_update(instrumented
     for update in updates:
         assert update.attributes[sc.REALTIME_UPDATE_DURATION] >= 0.01
         assert update.status.status_code is StatusCode.UNSET
-    [start] = instrumented.children(handoff, sc.SPAN_START)
+    [start] = instrumented.phases(handoff, sc.SPAN_START)
     assert all(start.start_time <= u.start_time and u.end_time <= start.end_time for u in updates)
 
 

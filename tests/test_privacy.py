@@ -27,4 +27,6 @@ async def test_scan_sees_real_handoff_spans(instrumented: Spans, privacy_scan: P
     await session.start(agent=Triage())
     await session.run(user_input="I have a billing question")
     await session.aclose()
-    assert privacy_scan.scanned - scanned >= 4  # agent_handoff and its children were scanned
+    ours = [s for s in instrumented.all() if s.instrumentation_scope.name.startswith("otel_handoff")]
+    # agent_handoff and its children were scanned (LiveKit's own spans stand for some, 1.8.2+)
+    assert len(ours) >= 2 and privacy_scan.scanned - scanned >= len(ours)

@@ -9,8 +9,9 @@ Percentiles are **nearest-rank**: the p-th percentile of n values is the ⌈p·n
 always a value that was observed (so p50 ≤ p95 ≤ max, and one handoff gives one number).
 
 Phases, every framework's, come from the phase registry (``schema.PHASE_REGISTRY``): the
-handoff span's duration attributes, its child spans' (``on_enter``, ``realtime_update``) or its
-linked spans' (``first_speech``, ``reconnect``). Phoenix keeps no links: there, a ``first_speech`` span is
+handoff span's duration attributes, its child spans' (``on_enter``, ``realtime_update``; an
+``on_enter`` that LiveKit's own span stood for, the handoff span's) or its linked spans'
+(``first_speech``, ``reconnect``). Phoenix keeps no links: there, a ``first_speech`` span is
 matched to the handoff with the same parent that started at the same microsecond (it starts
 when the handoff is requested). As in the ``agent_handoff.phase.duration`` metric, queue and lock
 waits count only the handoffs that waited (the span says 0 for the others): their ``n`` is how
@@ -139,6 +140,9 @@ def collect_handoffs(spans: Iterable[SpanRecord]) -> list[HandoffRecord]:
                 times = [_span_seconds(s, spec.duration_attribute) for s in around[spec.name]]
                 if any(t is not None for t in times):
                     phases[spec.name] = sum(t for t in times if t is not None)
+            elif spec.framework_span and attributes.get(spec.duration_attribute) is not None:
+                # the framework's own span stood for it: its seconds are on the handoff span
+                phases[spec.name] = _seconds(span, spec.duration_attribute)
         outcome = attributes.get(sc.OUTCOME)
         if outcome is None:
             outcome = sc.OUTCOME_ERROR if span.status == "ERROR" else "unknown"

@@ -1,21 +1,22 @@
 """A terminal waterfall of ``agent_handoff`` spans: where each handoff spent its time.
 
 One block per handoff: a header (sequence, from → to, trigger, total, outcome), one bar
-per phase child on a time axis shared by the handoff's spans, and the reuse flags. Pure
+per phase child on a time axis shared by the handoff's spans (and per phase the framework's own
+span stood for, from its seconds on the handoff span), and the reuse flags. Pure
 text from finished spans, so the demo, tests and users' scripts can all print it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from ..core import schema as sc
 
-__all__ = ["render_handoffs"]
+__all__ = ["handoff_phases", "render_handoffs"]
 
 DEFAULT_WIDTH = 40
 _PREFIX = sc.SPAN_HANDOFF + "."
@@ -59,9 +60,9 @@ def render_handoffs(
     handoffs = sorted((s for s in finished if s.name == sc.SPAN_HANDOFF), key=lambda s: s.start_time or 0)
     if not handoffs:
         return "no agent_handoff spans recorded\n"
-    children: dict[tuple[int, int], list[ReadableSpan]] = {}
+    children: dict[tuple[int, int], list[ReadableSpan]] = {}  # every span's, the framework's too
     for span in finished:
-        if span.parent is not None and span.name.startswith(_PREFIX):
+        if span.parent is not None:
             children.setdefault((span.context.trace_id, span.parent.span_id), []).append(span)
 
     # one block per conversation where the spans name it (a framework may trace each turn apart),
@@ -81,7 +82,7 @@ def render_handoffs(
         headers = [_header_fields(h) for h in group]
         widths = [max(len(f[i]) for f in headers) for i in range(len(headers[0]))]
         for handoff, fields in zip(group, headers, strict=True):
-            kids = children.get((handoff.context.trace_id, handoff.context.span_id), [])
+            kids = _phases(handoff, children)
             lines.append("")
             lines.extend(_render_one(handoff, kids, fields, widths, width, style))
         blocks.append("\n".join(lines))
@@ -101,7 +102,69 @@ class _Style:
         return self.wrap(_DIM, text)
 
 
-def _attr(span: ReadableSpan, key: str, default: Any = None) -> Any:
+def handoff_phases(handoff: ReadableSpan, spans: Iterable[ReadableSpan]) -> list[Any]:
+    """The phases the waterfall draws for ``handoff``, in start order: its phase child spans,
+    and a stand-in (name, times, status, its seconds as attributes) for each phase the
+    framework's own span stood for."""
+    children: dict[tuple[int, int], list[ReadableSpan]] = {}
+    for span in spans:
+        if span.parent is not None and span.end_time is not None:
+            children.setdefault((span.context.trace_id, span.parent.span_id), []).append(span)
+    found = _phases(handoff, children)
+    return sorted(found, key=lambda k: (k.start_time or 0, _PHASE_ORDER.get(k.name, 99)))
+
+
+class _Phase(NamedTuple):
+    """A bar: a phase child of ours, or a phase the framework's own span stood for."""
+
+    name: str
+    start_time: int | None
+    end_time: int | None
+    status: Status
+    attributes: Mapping[str, Any] | None
+
+
+def _phases(handoff: ReadableSpan, children: Mapping[tuple[int, int], list[ReadableSpan]]) -> list[Any]:
+    """The handoff's phase children and, for a phase the framework's own span stood for (not sent
+    again: ``PhaseSpec.framework_span``), a bar of its seconds on the handoff span, ending where
+    that span (under the handoff) ends; without it in ``spans``, right after the phases before it."""
+    trace_id = handoff.context.trace_id
+    below = children.get((trace_id, handoff.context.span_id), [])
+    ours: list[Any] = [k for k in below if k.name.startswith(_PREFIX)]
+    missing = [
+        spec
+        for spec in sc.PHASE_REGISTRY
+        if spec.framework_span
+        and _attr(handoff, spec.duration_attribute) is not None
+        and not any(k.name == spec.span for k in ours)
+    ]
+    if not missing:
+        return ours
+    theirs: dict[str, ReadableSpan] = {}  # the framework's spans under the handoff, first of each name
+    stack = [k for k in below if not k.name.startswith(_PREFIX)]
+    while stack:
+        span = stack.pop()
+        known = theirs.get(span.name)
+        if known is None or (span.start_time or 0) < (known.start_time or 0):
+            theirs[span.name] = span
+        stack += children.get((trace_id, span.context.span_id), [])
+    for spec in missing:
+        seconds = _attr(handoff, spec.duration_attribute)
+        length = int(seconds * 1e9) if isinstance(seconds, (int, float)) else 0
+        found = theirs.get(spec.framework_span or "")
+        if found is not None and found.end_time is not None:
+            end, status = found.end_time, found.status
+        elif length:  # the framework's spans not at hand: after the phases before it
+            rank = _PHASE_ORDER[spec.span]
+            before = [k.end_time or 0 for k in ours if _PHASE_ORDER.get(k.name, 99) < rank]
+            end, status = max(before, default=handoff.start_time or 0) + length, Status()
+        else:
+            continue  # it did not run (a skipped handoff's start)
+        ours.append(_Phase(spec.span, end - length, end, status, {spec.duration_attribute: seconds}))
+    return ours
+
+
+def _attr(span: Any, key: str, default: Any = None) -> Any:
     return (span.attributes or {}).get(key, default)
 
 
@@ -140,7 +203,7 @@ def _header_fields(handoff: ReadableSpan) -> tuple[str, str, str, str, str]:
 
 def _render_one(
     handoff: ReadableSpan,
-    kids: Sequence[ReadableSpan],
+    kids: Sequence[Any],
     fields: tuple[str, str, str, str, str],
     widths: Sequence[int],
     width: int,

@@ -1,7 +1,11 @@
 """The one emitter: a :class:`HandoffRecord` becomes its spans and metrics, for every framework.
 
 The ``agent_handoff`` span and its phase children are made back to back, with the real times
-the record holds, once the handoff is over: nothing is left open or made current. Phases that
+the record holds, once the handoff is over: nothing is left open or made current. Where the
+framework makes its own spans of the handoff while it runs (LiveKit's ``update_agent``), the
+``agent_handoff`` span is started early to be their parent (:mod:`.crossing`), and completed
+here; the phases the framework's spans already show (``HandoffRecord.framework_spans``) are then
+not sent again. Phases that
 end later (LiveKit's ``on_enter``) and linked spans (``first_speech``, ``reconnect``) go through
 :func:`emit_late_phase` and :func:`emit_linked`, which take the :class:`Emitted` handle.
 
@@ -57,6 +61,8 @@ def _span_reader() -> Any:
 
 
 _span_of: Any = _span_reader()
+# the span a Context holds (None or an invalid span where it holds none): for the framework packages
+span_in: Any = _span_of
 # global providers behind which the API's ProxyTracer delegates to a NoOp tracer
 _NEVER_RECORDING_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _OPTIONAL_FIELDS = operator.attrgetter(*(field for field, _ in _OPTIONAL))
@@ -77,6 +83,15 @@ _ROLES = {
     for spec in sc.PHASE_REGISTRY
 }
 
+
+# phases the framework may span itself: not sent again where its spans are under agent_handoff
+_SENT_BY_FRAMEWORK = frozenset(spec.name for spec in sc.PHASE_REGISTRY if spec.framework_span)
+# of those, the ones whose seconds are on their own span otherwise: then on agent_handoff
+_MOVED_TO_HANDOFF = {
+    spec.name: spec.duration_attribute
+    for spec in sc.PHASE_REGISTRY
+    if spec.framework_span and not spec.on_handoff_span
+}
 
 _INTERVAL = operator.attrgetter("start_ns", "end_ns")  # a phase's (start, end), in C
 
@@ -131,7 +146,10 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
             elif record.outcome == sc.OUTCOME_REJECTED:  # one convention: a refusal is an error too
                 set_error(span, sc.OUTCOME_REJECTED)
             tracer = telemetry.tracer
-            for phase in record.phases:
+            phases = record.phases
+            if record.framework_spans:  # what the framework's own spans show is not sent again
+                phases = [phase for phase in phases if phase.name not in _SENT_BY_FRAMEWORK]
+            for phase in phases:
                 _child(tracer, phase, inside, end_ns)
     finally:
         span.end(end_time=end_ns)
@@ -235,6 +253,8 @@ def _attributes(
             covered += value
             if isinstance(phase.error, asyncio.CancelledError):
                 cut_short = name  # cut short: not a duration of that phase, left out of the metric
+            if record.framework_spans and name in _MOVED_TO_HANDOFF:  # no span of ours to hold it
+                attributes[_MOVED_TO_HANDOFF[name]] = total
     # phases do not overlap (a nested one aside; a phase's own time leaves out what is nested in
     # it): what they do not cover is the span's time less theirs (tests/support.py checks)
     if record.phases_overlap:

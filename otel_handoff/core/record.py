@@ -76,3 +76,6 @@ class HandoffRecord:
     # its agent_handoff span, started when the handoff began (core.crossing.open_handoff): emit
     # ends that span instead of making one, so a request or a framework's spans could carry it
     opened: OpenHandoff | None = None
+    # the framework's own spans of its phases (``PhaseSpec.framework_span``) are under that span, on
+    # the same provider: those phases are not sent again as spans, their seconds go on agent_handoff
+    framework_spans: bool = False

@@ -381,12 +381,19 @@ ROLE_LINKED = "linked"  # its own span in the same trace, linked to agent_handof
 
 @dataclass(frozen=True)
 class PhaseSpec:
-    """One phase: its span, the attribute that holds its seconds, and its role."""
+    """One phase: its span, the attribute that holds its seconds, and its role.
+
+    ``framework_span`` names the framework's own span for the same work, where it sends one
+    (LiveKit 1.8.2 and later, under its ``update_agent``): a handoff whose framework spans are
+    under its ``agent_handoff`` does not send that phase's span again; its seconds go on
+    ``agent_handoff`` (``duration_attribute``), and the waterfall draws it where that span ends.
+    """
 
     name: str
     span: str
     duration_attribute: str
     role: str
+    framework_span: str | None = None
 
     @property
     def on_handoff_span(self) -> bool:
@@ -407,16 +414,16 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_SETTINGS, SPAN_SETTINGS, SETTINGS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_FUNCTION_CALL_WAIT, SPAN_FUNCTION_CALL_WAIT, FUNCTION_CALL_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_TRANSFER_DELAY, SPAN_TRANSFER_DELAY, TRANSFER_DELAY_DURATION, ROLE_WAIT),
-    PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK),
-    PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK),
+    PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK, "drain_agent_activity"),
+    PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK, "pause_agent_activity"),
     PhaseSpec(CLOSE, SPAN_CLOSE, CLOSE_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_PRE_ACTIONS, SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SUMMARY, SPAN_SUMMARY, SUMMARY_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_CONTEXT_UPDATE, SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_DISPATCH, SPAN_DISPATCH, DISPATCH_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_BUS_CROSSING, SPAN_BUS_CROSSING, BUS_CROSSING_DURATION, ROLE_WORK),
-    PhaseSpec(START, SPAN_START, START_DURATION, ROLE_WORK),
-    PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK),
+    PhaseSpec(START, SPAN_START, START_DURATION, ROLE_WORK, "start_agent_activity"),
+    PhaseSpec(RESUME, SPAN_RESUME, RESUME_DURATION, ROLE_WORK, "resume_agent_activity"),
     PhaseSpec(PHASE_REALTIME_UPDATE, SPAN_REALTIME_UPDATE, REALTIME_UPDATE_DURATION, ROLE_NESTED),
     PhaseSpec(PHASE_POST_ACTIONS, SPAN_POST_ACTIONS, POST_ACTIONS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SETUP, SPAN_SETUP, SETUP_DURATION, ROLE_WORK),
@@ -429,7 +436,7 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_AWAIT_OLD_AUDIO, SPAN_AWAIT_OLD_AUDIO, AWAIT_OLD_AUDIO_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_OUTPUT, SPAN_FIRST_OUTPUT, FIRST_OUTPUT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_FIRST_AUDIO, SPAN_FIRST_AUDIO, FIRST_AUDIO_DURATION, ROLE_WAIT),
-    PhaseSpec(PHASE_ON_ENTER, SPAN_ON_ENTER, ON_ENTER_DURATION, ROLE_AFTER),
+    PhaseSpec(PHASE_ON_ENTER, SPAN_ON_ENTER, ON_ENTER_DURATION, ROLE_AFTER, "on_enter"),
     PhaseSpec(PHASE_RECONNECT, SPAN_RECONNECT, RECONNECT_DURATION, ROLE_LINKED),
     PhaseSpec(PHASE_FIRST_SPEECH, SPAN_FIRST_SPEECH, FIRST_SPEECH_DELAY, ROLE_LINKED),
 )

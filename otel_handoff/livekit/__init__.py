@@ -8,7 +8,9 @@ Usage::
 
 Every handoff (a tool returning an Agent, ``session.update_agent()``, an AgentTask
 starting or handing back) becomes one ``agent_handoff`` span with children for the queue
-wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``.
+wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``. Where
+LiveKit spans the handoff itself (its ``update_agent``, 1.8.2+), ``agent_handoff`` is that span's
+parent and the phases LiveKit's spans show are durations on it, not spans again.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ _GENERATION_MODULE = "livekit.agents.voice.generation"
 _EVENTS_MODULE = "livekit.agents.voice.events"
 _REALTIME_MODULE = "livekit.agents.llm.realtime"
 _STT_MODULE = "livekit.agents.stt.stt"
+_TRACES_MODULE = "livekit.agents.telemetry.traces"
 _PHASE_METHODS = (
     ("drain", sc.DRAIN),
     ("pause", sc.PAUSE),
@@ -85,6 +88,8 @@ def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
             ),
             (_STT_MODULE, f"RecognizeStream.{acquired}", bound(_wrappers.wrap_connection_acquired, _its_stt)),
         ]
+    if features.update_agent_span:
+        points.append((_TRACES_MODULE, "_DynamicTracer.start_span", bound(_wrappers.wrap_livekit_start_span)))
     if features.cancel_handoff_hook:
         points.append(
             (

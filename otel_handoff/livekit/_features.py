@@ -46,6 +46,9 @@ class LiveKitFeatures:
     tool_handoff_after_update: str | None = None
     # `RunContext._make_update_output`: the returned agent is still seen (1.8.x)
     update_output_hook: bool = False
+    # `_update_activity` starts LiveKit's own `update_agent` span, its drain/pause and start/resume
+    # spans under it, through its tracer's `start_span` (1.8.2+): a handoff's parent of them
+    update_agent_span: bool = False
     # `FunctionToolsExecutedEvent.cancel_agent_handoff()`: the app drops a tool's handoff
     cancel_handoff_hook: bool = False
     # the job a session runs in, or None: `get_job_context(required=False)` (1.5+), or
@@ -92,6 +95,26 @@ def _has_update_output_hook() -> bool:
     except ImportError:
         return False
     return hasattr(RunContext, "_make_update_output")
+
+
+UPDATE_AGENT_SPAN = "update_agent"  # LiveKit's own span of a handoff (1.8.2+)
+
+
+def _has_update_agent_span(session_module: Any, session_cls: type) -> bool:
+    """Does `_update_activity` start LiveKit's `update_agent` span with the `start_span` of its
+    module's tracer (the `_DynamicTracer` that `livekit.agents.telemetry` exports)?"""
+    try:
+        from livekit.agents.telemetry import traces
+    except ImportError:
+        return False
+    tracer_class = getattr(traces, "_DynamicTracer", None)
+    update = getattr(session_cls, "_update_activity", None)
+    return (
+        tracer_class is not None
+        and isinstance(getattr(session_module, "tracer", None), tracer_class)
+        and holds_text(update, UPDATE_AGENT_SPAN)
+        and "start_span" in code_names(update)
+    )
 
 
 def session_class_name(agent_session: Any) -> str:
@@ -197,6 +220,7 @@ def detect() -> LiveKitFeatures:
         and hasattr(stt.RecognizeStream, "_report_connection_acquired"),
         tool_handoff_after_update=_tool_handoff_after_update(),
         update_output_hook=_has_update_output_hook(),
+        update_agent_span=_has_update_agent_span(agent_session, session_cls),
         cancel_handoff_hook=_has_cancel_handoff_hook(),
         job_context=_job_context(),
         session_class=session_class,

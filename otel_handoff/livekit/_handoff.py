@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 from opentelemetry import context as otel_context
 from opentelemetry.trace import Link, SpanContext
 
+from ..core import crossing
 from ..core import schema as sc
-from ..core.emit import Emitted, emit, emit_late_phase, emit_linked
+from ..core.emit import Emitted, emit, emit_late_phase, emit_linked, span_in
 from ..core.faults import report
 from ..core.heard import attributes as downlink_attributes
 from ..core.record import CANCELLED, HandoffRecord, PhaseRecord, kept_error
@@ -107,6 +108,7 @@ class LiveKitHandoff:
         "_to_agent",
         "ended",
         "from_agent",
+        "livekit_open",
         "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
@@ -160,6 +162,7 @@ class LiveKitHandoff:
         self._linked: list[PhaseRecord] = []  # linked spans that came before it was made
         self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
+        self.livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -300,6 +303,42 @@ class LiveKitHandoff:
         elif self.ended:
             self._linked.append(phase)
 
+    # --- LiveKit's own spans of it (1.8.2+) ---------------------------------------------------
+    def parent_of_livekit_spans(self) -> otel_context.Context | None:
+        """LiveKit starts its ``update_agent``: where LiveKit's spans go where ours go, our span
+        starts now (with the handoff's start time) to be its parent, and that context is
+        returned. None, and LiveKit's spans left where they are, where LiveKit's telemetry is
+        off (its session span does not record) or on another provider (LiveKit Cloud's own,
+        say): there its tree would lose a parent, and ours stays whole."""
+        session = self._session()
+        root = getattr(session, "_root_span_context", None)
+        theirs = span_in(root) if root is not None else None
+        if theirs is None or not theirs.is_recording():
+            return None
+        record = self.record
+        parent = record.parent if record.parent is not None else otel_context.get_current()
+        record.opened = opened = crossing.open_beside_ended(self.telemetry, record.start_ns, parent)
+        ours = opened.span  # emit completes and ends it, whatever is decided here
+        # one SDK provider, one resource object: its tracers hand it to every span they start
+        same_provider = getattr(theirs, "resource", None) is getattr(ours, "resource", False)
+        if not (same_provider and ours.is_recording()):
+            return None
+        self.livekit_open = True
+        return opened.context
+
+    def livekit_spans_started(self, span: Any) -> None:
+        """LiveKit's ``update_agent`` is under ours: where it records, the backend gets its
+        drain/pause, start/resume and on_enter spans, and ours of them are not sent again."""
+        self.record.framework_spans = span.is_recording()
+
+    def left_update_activity(self) -> None:
+        """`_update_activity` returned or raised with LiveKit's ``update_agent`` under our span
+        (``livekit_open``), ended in it: a handoff over by now is sent, ending no earlier."""
+        self.livekit_open = False
+        if self.ended and not self.on_enter_pending:
+            self.record.end_ns = max(self.record.end_ns, time.time_ns())
+            self._emit()
+
     # --- on_enter --------------------------------------------------------------------
     def watch_on_enter(self, coro: Any) -> Any:
         """The new agent's start scheduled its on_enter: the handoff ends when on_enter does."""
@@ -341,7 +380,8 @@ class LiveKitHandoff:
                 if isinstance(error, asyncio.CancelledError) and self._session_ended():
                     self.record.attributes[sc.ENDED_BY] = sc.ENDED_BY_SESSION_CLOSE
                 self.record.end_ns = max(self.record.end_ns, end_ns)
-                self._emit()
+                if not self.livekit_open:  # else once `_update_activity` returns (it waited)
+                    self._emit()
 
     def _session_ended(self) -> bool:
         """Its session is closing, closed or gone: what cut an on_enter short was its end."""
@@ -400,7 +440,7 @@ class LiveKitHandoff:
         session = self._session()
         if outcome == sc.OUTCOME_COMPLETED and session is not None:
             self.telemetry.awaiting_speech[session] = self  # until the new agent first speaks
-        if not self.on_enter_pending:  # else made when on_enter ends
+        if not (self.on_enter_pending or self.livekit_open):  # else when on_enter ends, or LiveKit's span
             self._emit()
 
     def _emit(self) -> None:

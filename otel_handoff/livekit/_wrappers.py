@@ -28,7 +28,7 @@ from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
 from ..core.spans import HandoffTelemetry
 from ._downlink import published_audio_track
-from ._features import LiveKitFeatures
+from ._features import UPDATE_AGENT_SPAN, LiveKitFeatures
 from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
 from ._reuse import realtime_blockers, stt_blockers
 
@@ -323,14 +323,18 @@ async def wrap_update_activity(
         result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         guard("_update_activity", handoff.fail, exc)
+        if handoff.livekit_open:
+            guard("_update_activity", handoff.left_update_activity)
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
-    if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
-        try:
+    try:
+        if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
             handoff.finish()
-        except Exception as exc:
-            report("_update_activity", exc)
+        if handoff.livekit_open:  # LiveKit's update_agent under ours (1.8.2+): it ended by now
+            handoff.left_update_activity()
+    except Exception as exc:
+        report("_update_activity", exc)
     return result
 
 
@@ -436,6 +440,32 @@ def _on_enter_done(handoff: LiveKitHandoff, watched: Any, task: asyncio.Task[Any
 def _on_enter_gone(handoff: LiveKitHandoff, watched: Any) -> None:
     watched.close()  # never started: closed, it warns of nothing (LiveKit's own coroutine still does)
     handoff.on_enter_never_ran()
+
+
+# --- LiveKit's own spans of the handoff (1.8.2+) -------------------------------------------------
+_UPDATE_AGENT_ARGS = (UPDATE_AGENT_SPAN,)  # how `_update_activity` calls `tracer.start_span`
+
+
+def wrap_livekit_start_span(
+    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    """LiveKit's tracer starting a span: its ``update_agent`` of a handoff of ours goes under that
+    handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
+    if args != _UPDATE_AGENT_ARGS or "context" in kwargs:
+        return wrapped(*args, **kwargs)  # every other span LiveKit starts: one comparison
+    handoff = CURRENT_HANDOFF.get()
+    if handoff is None or handoff.ended or handoff.started_phases:
+        return wrapped(*args, **kwargs)  # not in a handoff of ours, or not its update_agent
+    try:
+        parent = handoff.parent_of_livekit_spans()
+    except Exception as exc:
+        report("update_agent span", exc)
+        parent = None
+    if parent is None:
+        return wrapped(*args, **kwargs)
+    span = wrapped(*args, context=parent, **kwargs)
+    guard("update_agent span", handoff.livekit_spans_started, span)
+    return span
 
 
 # --- why reuse did not happen ------------------------------------------------------------------

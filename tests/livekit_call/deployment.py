@@ -27,6 +27,8 @@ import netns
 import stack
 from receivers import Span, wait_until
 
+from otel_handoff.core import schema as sc
+
 HERE = Path(__file__).resolve().parent
 AGENT_NAME = "support-line"
 SECOND_AGENT = "billing"
@@ -133,7 +135,38 @@ def first_speech_of(spans: Sequence[Span], handoff: Span) -> Span | None:
 
 
 def phases_of(spans: Sequence[Span], handoff: Span) -> list[Span]:
-    return sorted((s for s in spans if s["parent_id"] == handoff["span_id"]), key=lambda s: s["start_us"])
+    """The handoff's phases, in start order: its phase child spans, and for each phase LiveKit's own
+    span stood for (1.8.2+: under its ``update_agent``, not sent by us), a stand-in of its
+    seconds on the handoff, ending where LiveKit's span ends (``stood_for``: its own span's name)."""
+    children = [s for s in spans if s["parent_id"] == handoff["span_id"]]
+    found = [s for s in children if s["name"].startswith(HANDOFF + ".")]
+    theirs: dict[str, Span] = {}
+    below = [s for s in children if not s["name"].startswith(HANDOFF)]
+    while below:
+        span = below.pop()
+        if span["name"] not in theirs or span["start_us"] < theirs[span["name"]]["start_us"]:
+            theirs[span["name"]] = span
+        below += [s for s in spans if s["parent_id"] == span["span_id"]]
+    sent = {s["name"] for s in found}
+    for spec in sc.PHASE_REGISTRY:
+        seconds = handoff["attributes"].get(spec.duration_attribute)
+        livekit = theirs.get(spec.framework_span or "")
+        if spec.span in sent or seconds is None or livekit is None:
+            continue
+        length = round(seconds * 1e6)
+        found.append(
+            {
+                "name": spec.span,
+                "span_id": None,
+                "parent_id": handoff["span_id"],
+                "start_us": livekit["start_us"] + livekit["duration_us"] - length,
+                "duration_us": length,
+                "attributes": {spec.duration_attribute: seconds},
+                "links": [],
+                "stood_for": livekit["name"],
+            }
+        )
+    return sorted(found, key=lambda s: s["start_us"])
 
 
 def call_spans(all_traces: list[dict[str, Any]], sid: str | None) -> list[Span]:

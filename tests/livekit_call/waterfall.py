@@ -36,6 +36,8 @@ _RECORDED_ATTRIBUTES = (
     "lk.e2e_latency",
 )
 
+from livekit_call.deployment import phases_of
+
 HANDOFF = "agent_handoff"
 FIRST_SPEECH = "agent_handoff.first_speech"
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
@@ -165,18 +167,20 @@ def waterfall(spans: Sequence[Span], handoff: Span) -> list[Segment]:
         end = max(cursor, until)  # what ran before (a preemptive generation) adds nothing
         rows.append(Segment(name, source, cursor, end))
         if name == HANDOFF:
-            phases = sorted(
-                (s for s in spans if s["parent_id"] == handoff["span_id"]), key=lambda s: s["start_us"]
-            )
             rows.extend(
-                Segment(
-                    p["name"].removeprefix(HANDOFF + "."), f"`{p['name']}`", p["start_us"], end_us(p), True
-                )
-                for p in phases
+                Segment(p["name"].removeprefix(HANDOFF + "."), _source(p), p["start_us"], end_us(p), True)
+                for p in phases_of(spans, handoff)
             )
         cursor = end
     rows.append(Segment("downlink", "`agent_handoff.first_speech.heard_delay`", cursor, cursor + heard * 1e6))
     return rows
+
+
+def _source(phase: Span) -> str:
+    """Our span, or (LiveKit 1.8.2+) its seconds on ``agent_handoff``, ending with LiveKit's span."""
+    if phase.get("stood_for"):
+        return f"`{next(iter(phase['attributes']))}`, ending with LiveKit's `{phase['stood_for']}`"
+    return f"`{phase['name']}`"
 
 
 def table(rows: Sequence[Segment]) -> str:
