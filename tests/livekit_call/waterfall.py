@@ -24,6 +24,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from receivers import Span
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # as a command: tests/ importable
+from livekit_call.deployment import phases_of
+
 RECORDING = Path(__file__).with_name("recorded-call.json")
 COMMAND = "python tests/livekit_call/waterfall.py tests/livekit_call/recorded-call.json"
 # what of a call's trace its waterfall reads: these spans, these of their attributes
@@ -35,8 +38,6 @@ _RECORDED_ATTRIBUTES = (
     "lk.response.ttfb",
     "lk.e2e_latency",
 )
-
-from livekit_call.deployment import phases_of
 
 HANDOFF = "agent_handoff"
 FIRST_SPEECH = "agent_handoff.first_speech"
