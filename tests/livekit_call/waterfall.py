@@ -26,11 +26,22 @@ if TYPE_CHECKING:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # as a command: tests/ importable
 from livekit_call.deployment import phases_of
+from otel_handoff.core import schema as sc
 
 RECORDING = Path(__file__).with_name("recorded-call.json")
 COMMAND = "python tests/livekit_call/waterfall.py tests/livekit_call/recorded-call.json"
 # what of a call's trace its waterfall reads: these spans, these of their attributes
-_RECORDED_SPANS = ("agent_handoff", "function_tool", "agent_turn", "llm_node", "eou_wait", "tts_node")
+# (and LiveKit's update_agent family under the handoff, whose spans stand for some of its phases)
+_RECORDED_SPANS = (
+    "agent_handoff",
+    "function_tool",
+    "agent_turn",
+    "llm_node",
+    "eou_wait",
+    "tts_node",
+    "update_agent",
+    *sorted({spec.framework_span for spec in sc.PHASE_REGISTRY if spec.framework_span}),
+)
 _RECORDED_ATTRIBUTES = (
     "agent_handoff.",
     "gen_ai.agent.name",
