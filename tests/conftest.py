@@ -23,6 +23,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from receivers import Rotel
 from support import ConventionScan, OpenSpans, PrivacyScan, Spans
 
+from otel_handoff.core import schema as sc
+from otel_handoff.core.metrics import HandoffMetrics
+from otel_handoff.core.spans import HandoffTelemetry
+
 T = TypeVar("T")
 # delta temporality: each read returns only what was recorded since the previous one
 METRIC_READER = InMemoryMetricReader(
@@ -69,6 +73,16 @@ def livekit_telemetry(provider: TracerProvider) -> None:
     except ImportError:
         return
     set_tracer_provider(provider)
+
+
+@pytest.fixture
+def telemetry(provider: TracerProvider) -> HandoffTelemetry:
+    """What a framework package hands the core, on the test provider (Pipecat's name: any would do)."""
+    return HandoffTelemetry(
+        tracer=provider.get_tracer("otel_handoff.test"),
+        metrics=HandoffMetrics(None, "otel_handoff.test"),
+        static_attributes={sc.FRAMEWORK: sc.FRAMEWORK_PIPECAT, sc.FRAMEWORK_VERSION: "0"},
+    )
 
 
 @pytest.fixture

@@ -19,22 +19,12 @@ from support import OpenSpans, Spans
 from otel_handoff.core import schema as sc
 from otel_handoff.core.conversation import Conversation
 from otel_handoff.core.emit import emit, emit_late_phase
-from otel_handoff.core.metrics import HandoffMetrics
 from otel_handoff.core.record import HandoffRecord, PhaseRecord
 from otel_handoff.core.spans import HandoffTelemetry
 from otel_handoff.pipecat import PipecatFlowsHandoffInstrumentor
 
 MS = 1_000_000
 T0 = 1_700_000_000_000_000_000
-
-
-@pytest.fixture
-def telemetry(provider: TracerProvider) -> HandoffTelemetry:
-    return HandoffTelemetry(
-        tracer=provider.get_tracer("otel_handoff.test"),
-        metrics=HandoffMetrics(None, "otel_handoff.test"),
-        static_attributes={sc.FRAMEWORK: sc.FRAMEWORK_PIPECAT, sc.FRAMEWORK_VERSION: "0"},
-    )
 
 
 def _record(end_ns: int, *phases: tuple[str, int, int], parent: Any = None) -> HandoffRecord:

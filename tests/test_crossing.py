@@ -12,14 +12,12 @@ import textwrap
 import pytest
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 from support import Spans
 
 from otel_handoff.core import crossing
 from otel_handoff.core import schema as sc
 from otel_handoff.core.emit import emit
-from otel_handoff.core.metrics import HandoffMetrics
 from otel_handoff.core.record import HandoffRecord, PhaseRecord
 from otel_handoff.core.spans import HandoffTelemetry
 
@@ -48,15 +46,6 @@ RECEIVER = textwrap.dedent(
     }))
     """
 )
-
-
-@pytest.fixture
-def telemetry(provider: TracerProvider) -> HandoffTelemetry:
-    return HandoffTelemetry(
-        tracer=provider.get_tracer("otel_handoff.test"),
-        metrics=HandoffMetrics(None, "otel_handoff.test"),
-        static_attributes={sc.FRAMEWORK: sc.FRAMEWORK_PIPECAT, sc.FRAMEWORK_VERSION: "0"},
-    )
 
 
 def _receive(carrier: dict[str, str]) -> dict[str, object]:

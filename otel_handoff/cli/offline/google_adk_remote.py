@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import socket
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 from .google_adk import APP, USER, RunResult, ScriptedLlm, message, quiet_adk_notices, reply, transfer_call
+from .served import server_process
 
 CARD_PATH = "/.well-known/agent-card.json"
 # what the app asks, turn after turn, and what billing answers to each (anything else: the last)
@@ -130,28 +129,8 @@ def remote_billing(
     """A billing server process for the block; yields its agent card's URL."""
     command = [sys.executable, "-m", __name__, "--latency", str(latency)]
     command += ["--cut"] * cut + ["--refuse"] * refuse
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env if env is not None else dict(os.environ),
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("port "):
-            process.kill()
-            raise RuntimeError(f"the billing server did not start: {line}{process.communicate()[1][-2000:]}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}{CARD_PATH}"
-    finally:
-        if process.poll() is None:
-            process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.communicate(timeout=30)
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    with server_process(command, env) as port:
+        yield f"http://127.0.0.1:{port}{CARD_PATH}"
 
 
 @contextlib.contextmanager

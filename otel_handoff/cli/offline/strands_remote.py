@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
+
+from .served import server_process
 
 ANSWER = "Your last invoice was paid."
 
@@ -42,28 +42,8 @@ def serve() -> None:
 @contextlib.contextmanager
 def remote_billing(env: dict[str, str] | None = None) -> Iterator[str]:
     """A billing server process for the block; yields its base URL."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", __name__],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env if env is not None else dict(os.environ),
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("port "):
-            process.kill()
-            raise RuntimeError(f"the billing server did not start: {line}{process.communicate()[1][-2000:]}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        if process.poll() is None:
-            process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.communicate(timeout=30)
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    with server_process([sys.executable, "-m", __name__], env) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 if __name__ == "__main__":
