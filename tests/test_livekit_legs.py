@@ -3,14 +3,15 @@
 In a LiveKit room the agent's audio reaches the caller in two legs, the agent's to the server (an
 SFU) and the server's to the caller; the agent's WebRTC statistics describe the first only. Here the
 server is in a network namespace between two others, the worker's and the caller's, each joined to
-it through a namespace where ``shaper.py`` shapes the link (the kernel has no netem). Three
-deployments of two calls, each with one leg shaped:
+it through a namespace where ``shaper.py`` shapes the link (the kernel has no netem). Four
+deployments of two calls, each with one leg shaped (the unshaped call is ``test_livekit_call.py``'s):
 
 - ``agent-leg``, ``agent-leg-60ms``: the agent's leg at 200 ms round trip ±30 ms jitter, or at 60 ms
   ±10 ms with 1 % loss: the estimate follows it (it is the leg it measures);
-- ``caller-leg``: the caller's leg at 200 ms ±30 ms: the estimate stays where an unshaped call's
-  is, and the caller hears the new agent later by that leg: the part of the path the trace cannot
-  see, as the span says (``agent_handoff.downlink.legs`` = ``["agent_server"]``).
+- ``caller-leg``, ``caller-leg-60ms``: the caller's leg at 200 ms ±30 ms, or at 60 ms ±10 ms with
+  1 % loss: the estimate stays where an unshaped call's is, and the caller hears the new agent later
+  by that leg: the part of the path the trace cannot see, as the span says
+  (``agent_handoff.downlink.legs`` = ``["agent_server"]``).
 
 The calls are ``livekit_call``'s (worker, caller, measurements): only the network differs.
 """
@@ -59,7 +60,12 @@ MOBILE = shaper.Link("60 ms", round_trip=0.060, jitter=0.010, loss=0.01)
 FAST = shaper.Link("unshaped")
 CALLS = (Call("I need help with my bill"), Call("I have a question about the invoice I received last week"))
 # (agent <-> server, server <-> caller)
-RUNS = {"agent-leg": (SLOW, FAST), "agent-leg-60ms": (MOBILE, FAST), "caller-leg": (FAST, SLOW)}
+RUNS = {
+    "agent-leg": (SLOW, FAST),
+    "agent-leg-60ms": (MOBILE, FAST),
+    "caller-leg": (FAST, SLOW),
+    "caller-leg-60ms": (FAST, MOBILE),
+}
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 JITTER = "agent_handoff.downlink.jitter"
 LEGS = "agent_handoff.downlink.legs"
@@ -223,11 +229,12 @@ def test_the_estimate_follows_the_agents_leg(legs: Legs, name: str) -> None:
     assert one_way(shaped["agent"]) >= link.round_trip / 2 - ROUNDING_S
 
 
-def test_the_callers_leg_is_what_the_estimate_cannot_see(legs: Legs) -> None:
-    """The caller's leg at 200 ms: the estimate stays that of the agent's unshaped leg, and the
-    caller hears the new agent later than it by at least that leg's one-way delay, less the
-    tolerance; the span names the one leg it measured (``agent_server``)."""
-    deployment, (shaped,) = deploy(legs, "caller-leg")
+@pytest.mark.parametrize("name", ["caller-leg", "caller-leg-60ms"])
+def test_the_callers_leg_is_what_the_estimate_cannot_see(legs: Legs, name: str) -> None:
+    """The caller's leg at 200 ms, or 60 ms with 1 % loss: the estimate stays that of the agent's
+    unshaped leg, and the caller hears the new agent later than it by at least that leg's one-way
+    delay, less the tolerance; the span names the one leg it measured (``agent_server``)."""
+    deployment, (shaped,) = deploy(legs, name)
     added = one_way(shaped["caller"])
     problems = []
     for room, attributes, measured in heard(deployment):
