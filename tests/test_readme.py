@@ -67,7 +67,7 @@ def test_every_span_attribute_and_metric_is_documented() -> None:
 
 
 # --- the examples are real output ----------------------------------------------------------------
-EXAMPLE = re.compile(r"<!-- output of: (.+?) -->\n```text\n(.*?)```", flags=re.S)
+EXAMPLE = re.compile(r"<!-- output of: ([^\n]+?) -->\n```text\n(.*?)```", flags=re.S)  # a command on one line
 _BARS = re.compile(r"[█▏▎▍▌▋▊▉]+")
 _HEX = re.compile(r"\b[0-9a-f]{32}\b")
 _NUMBER = re.compile(r"\d+(\.\d+)?")
