@@ -85,3 +85,11 @@ def test_the_served_agent_runs_under_the_call_that_asked_it(delegation: dict[str
     tops = [s for s in server if s.trace_id == tool.trace_id and s.parent_id not in ids]
     assert tops and {s.parent_id for s in tops} == {tool.span_id}
     assert len({s.trace_id for s in client}) == 1
+
+
+def test_nothing_of_the_conversation_on_a_span(delegation: dict[str, Any]) -> None:
+    texts = (afr.QUESTION, afr.ANSWER, afr.REPLY)
+    for side in ("client", "server"):
+        for span in delegation[side]:
+            for key, value in span.attributes.items():
+                assert not any(text in str(value) for text in texts), (side, span.name, key)
