@@ -4,7 +4,9 @@ google-adk caps opentelemetry-sdk (2.13: <= 1.44) below what livekit-agents 1.8 
 no single environment holds both. The suite makes ``.venv-google-adk`` beside ``.venv-test`` (once;
 again when pyproject.toml or the requirements here change), with everything ADK's tests use,
 resolved in one pip call so the pins hold. strands-agents holds opentelemetry below the suite's
-(``STRANDS_REQUIREMENTS``): ``.venv-strands`` likewise.
+(``STRANDS_REQUIREMENTS``): ``.venv-strands`` likewise. agent-framework-a2a has only pre-releases
+(``AGENT_FRAMEWORK_A2A_REQUIREMENTS``): ``.venv-agent-framework-a2a``, whose Python runs the
+processes of ``tests/test_agent_framework_a2a.py``.
 """
 
 from __future__ import annotations
@@ -70,6 +72,20 @@ STRANDS_REQUIREMENTS = [
     ".[strands]",
     "opentelemetry-distro",  # what opentelemetry-instrument users install
     "strands-agents[a2a]",  # A2AAgent and A2AServer: a delegation over A2A joins the trace
+    "pytest>=8",
+    "pytest-asyncio>=0.24",
+    "hypothesis>=6",
+    "pyyaml>=6",
+]
+
+# agent-framework-a2a (A2AAgent, A2AExecutor) has only pre-releases: pinned, beside the suite's
+# agent-framework-core and -orchestrations, in an environment of its own (.venv-test takes no betas)
+AGENT_FRAMEWORK_A2A_REQUIREMENTS = [
+    "-e",
+    ".[agent-framework]",
+    "agent-framework-a2a==1.0.0b261022",  # a delegation over A2A joins the trace
+    "a2a-sdk[http-server]",  # the served side: A2AExecutor under a2a-sdk's Starlette routes
+    "uvicorn>=0.30",
     "pytest>=8",
     "pytest-asyncio>=0.24",
     "hypothesis>=6",

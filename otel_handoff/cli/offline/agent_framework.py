@@ -28,7 +28,8 @@ TASK = "Why was I charged twice?"
 
 class ScriptedClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTelemetryLayer, BaseChatClient):
     """A chat client whose replies are scripted: ``{"text": ...}``, ``{"tool": name, "id": call_id}``
-    (several calls: ``{"tools": [(name, call_id), ...]}``) or ``{"raise": exception}``."""
+    (its arguments in ``"args"``; several calls: ``{"tools": [(name, call_id), ...]}``) or
+    ``{"raise": exception}``."""
 
     OTEL_PROVIDER_NAME = "scripted"
 
@@ -50,7 +51,9 @@ class ScriptedClient(FunctionInvocationLayer, ChatMiddlewareLayer, ChatTelemetry
         calls = reply.get("tools") or ([(reply["tool"], reply["id"])] if "tool" in reply else [])
         if calls:
             return [
-                Content.from_function_call(call_id=call_id, name=name, arguments=json.dumps({}))
+                Content.from_function_call(
+                    call_id=call_id, name=name, arguments=json.dumps(reply.get("args", {}))
+                )
                 for name, call_id in calls
             ]
         return [Content.from_text(text=reply["text"])]
