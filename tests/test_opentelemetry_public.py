@@ -39,6 +39,7 @@ FRAMEWORKS_OWN = {
     ("livekit/_wrappers.py", "_session"),  # LiveKit's AgentActivity
     ("pipecat/_downlink.py", "_client"),  # Pipecat's WebRTC transport
     ("pipecat/_observer.py", "_transport"),  # Pipecat's media sender
+    ("pipecat/_workers.py", "_registry"),  # Pipecat's worker: the bus's known workers
 }
 
 
