@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import socket
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+from .served import server_process
 
 QUESTION = "Was my last invoice paid?"
 ANSWER = "Your last invoice was paid."
@@ -105,28 +105,8 @@ def billing_said(events: list[Any]) -> list[str]:
 @contextlib.contextmanager
 def remote_billing(python: str = sys.executable, env: dict[str, str] | None = None) -> Iterator[str]:
     """A billing server process of ``python`` for the block; yields its base URL."""
-    process = subprocess.Popen(
-        [python, "-m", __name__],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env if env is not None else dict(os.environ),
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        if not line.startswith("port "):
-            process.kill()
-            raise RuntimeError(f"the billing server did not start: {line}{process.communicate()[1][-2000:]}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/"
-    finally:
-        if process.poll() is None:
-            process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.communicate(timeout=30)
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    with server_process([python, "-m", __name__], env) as port:
+        yield f"http://127.0.0.1:{port}/"
 
 
 if __name__ == "__main__":
