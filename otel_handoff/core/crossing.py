@@ -10,8 +10,7 @@ context is untouched); the framework package keeps the :class:`OpenHandoff` in i
 (``HandoffRecord.opened``) and :func:`~.emit.emit` finishes that span with the record, so every
 tool still reads one record. :func:`inject` writes the context into a carrier with the
 propagator the app configured (``OTEL_PROPAGATORS``, W3C trace context by default);
-:func:`extract` and :func:`attached` read it on the receiving side; :func:`carrier_keys` names
-the keys the propagator writes, so a carrier the app can see is cleaned on receipt.
+:func:`extract` and :func:`received` read it on the receiving side.
 :func:`sending` notes, in the task that sends a handoff's requests, the open handoff they
 carry; a transport's wrapper (:mod:`.a2a`) asks :func:`outgoing` which context to inject.
 """
@@ -28,6 +27,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind
 
 from . import schema as sc
+from .emit import span_in, still_open
 from .faults import guard, report
 from .spans import HandoffTelemetry
 
@@ -37,22 +37,6 @@ class OpenHandoff(NamedTuple):
 
     span: trace.Span
     context: otel_context.Context  # the span in its parent's context: what a carrier carries
-
-
-def open_handoff(
-    telemetry: HandoffTelemetry, start_ns: int, parent: otel_context.Context | None = None
-) -> OpenHandoff:
-    """Start the ``agent_handoff`` span now (at ``start_ns``), under ``parent`` or the current
-    context; :func:`~.emit.emit` ends it. A record that is dropped must :func:`abandon` it."""
-    parent = parent if parent is not None else otel_context.get_current()
-    span = telemetry.tracer.start_span(
-        sc.SPAN_HANDOFF,
-        context=parent,
-        kind=SpanKind.INTERNAL,
-        attributes=telemetry.static_attributes,
-        start_time=start_ns,
-    )
-    return OpenHandoff(span, trace.set_span_in_context(span, parent))
 
 
 def abandon(opened: OpenHandoff, end_ns: int | None = None) -> None:
@@ -73,27 +57,6 @@ def extract(carrier: Mapping[str, Any]) -> otel_context.Context | None:
         report("extracting trace context", exc)
         return None
     return context if trace.get_current_span(context).get_span_context().is_valid else None
-
-
-@contextmanager
-def attached(carrier: Mapping[str, Any]) -> Iterator[otel_context.Context | None]:
-    """Within: the carrier's context is current (the receiving side's spans go under the sender's
-    handoff); unchanged when the carrier holds none. Yields that context, or None."""
-    context = extract(carrier)
-    if context is None:
-        yield None
-        return
-    token = otel_context.attach(context)
-    try:
-        yield context
-    finally:
-        otel_context.detach(token)
-
-
-def carrier_keys() -> frozenset[str]:
-    """The keys the configured propagator writes (``traceparent``, ``tracestate``, ``baggage``, …):
-    what to take off a carrier the app sees again once it has been read."""
-    return frozenset(propagate.get_global_textmap().fields)
 
 
 class Sending:
@@ -137,20 +100,17 @@ def outgoing(now_ns: int) -> otel_context.Context:
     return holder.opened.context
 
 
-def open_beside_ended(
-    telemetry: HandoffTelemetry, start_ns: int, parent: otel_context.Context
-) -> OpenHandoff:
-    """:func:`open_handoff`, except that a parent span already over (a framework's span for the
-    agent that asked, ended before the handoff's target started) puts it one level up, linked to
-    that span: what the emitter does for a handoff that outlives the span it was asked in. Its
-    attributes are all set when the record is emitted (a span's attributes are set once)."""
-    from .emit import _span_of, _still_open  # the emitter's own rule, not a second copy
-
-    parent_span = _span_of(parent)
+def open_handoff(telemetry: HandoffTelemetry, start_ns: int, parent: otel_context.Context) -> OpenHandoff:
+    """Start the ``agent_handoff`` span now (at ``start_ns``) under ``parent``, never made current;
+    :func:`~.emit.emit` ends it (a record that is dropped must :func:`abandon` it). A parent span
+    already over (a framework's span for the agent that asked, ended before the handoff's target
+    started) puts it one level up, linked to that span: the emitter's own rule for a handoff that
+    outlives the span it was asked in. Its attributes, the static ones too, are all set when the
+    record is emitted (a span's attributes are set once)."""
+    parent_span = span_in(parent)
     links = None
     if getattr(parent_span, "end_time", None) is not None:
-        parent, links = _still_open(parent, parent_span, None)
-    # its attributes, the static ones too, are set once, when the record is emitted
+        parent, links = still_open(parent, parent_span, None)
     span = telemetry.tracer.start_span(
         sc.SPAN_HANDOFF, context=parent, kind=SpanKind.INTERNAL, links=links, start_time=start_ns
     )
@@ -174,9 +134,10 @@ _SERVING: ContextVar[Serving | None] = ContextVar("otel_handoff_serving", defaul
 
 @contextmanager
 def received(carrier: Mapping[str, Any], now_ns: int) -> Iterator[otel_context.Context | None]:
-    """Within: the request's work, under the caller's context. As :func:`attached`, except that
-    a context already continuing the caller's trace (the server's own HTTP tracing) stays current;
-    either way :func:`serving_started` can then end this process's ``remote_setup`` span."""
+    """Within: the request's work, under the caller's context (none when the carrier holds
+    none), except that a context already continuing the caller's trace (the server's own HTTP
+    tracing) stays current; either way :func:`serving_started` can then end this process's
+    ``remote_setup`` span."""
     context = extract(carrier)
     if context is None:
         yield None

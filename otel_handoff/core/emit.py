@@ -61,7 +61,8 @@ def _span_reader() -> Any:
 
 
 _span_of: Any = _span_reader()
-# the span a Context holds (None or an invalid span where it holds none): for the framework packages
+# the span a Context holds (None or an invalid span where it holds none): for core.crossing and the
+# framework packages
 span_in: Any = _span_of
 # global providers behind which the API's ProxyTracer delegates to a NoOp tracer
 _NEVER_RECORDING_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
@@ -123,7 +124,7 @@ def emit(telemetry: HandoffTelemetry, record: HandoffRecord) -> Emitted:
         links = record.links
         ended = getattr(parent_span, "end_time", None)
         if ended is not None and ended < end_ns:  # the span it was asked in is over: one level up
-            parent, links = _still_open(parent, parent_span, links)
+            parent, links = still_open(parent, parent_span, links)
         span = telemetry.tracer.start_span(
             sc.SPAN_HANDOFF,
             context=parent,
@@ -189,7 +190,7 @@ def emit_linked(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecor
     parent_span = _span_of(parent)
     ended = getattr(parent_span, "end_time", None)
     if ended is not None and ended < phase.end_ns:  # as for the handoff: not past its parent's end
-        parent, links = _still_open(parent, parent_span, links)
+        parent, links = still_open(parent, parent_span, links)
     span = telemetry.tracer.start_span(
         spec.span,
         context=parent,
@@ -320,7 +321,7 @@ def _child(
     span.end(end_time=phase.end_ns or end_ns)
 
 
-def _still_open(
+def still_open(
     parent: otel_context.Context, parent_span: Any, links: list[Link] | None
 ) -> tuple[otel_context.Context, list[Link]]:
     """A handoff outlives the span it was requested in (LiveKit's ``agent_turn``, an app's span

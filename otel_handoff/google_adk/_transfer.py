@@ -383,7 +383,7 @@ class Transfer:
         """The target is remote: its span starts now (back at the transfer's start), so the request
         this task sends to the target carries it, and the server's spans go under it."""
         self.remote_url = url
-        opened = crossing.open_beside_ended(self.run.telemetry, self.start_ns, parent)
+        opened = crossing.open_handoff(self.run.telemetry, self.start_ns, parent)
         self.sending = crossing.sending(opened)
 
     def phases(self, end_ns: int, spoke: bool) -> list[PhaseRecord]:

@@ -317,7 +317,7 @@ class LiveKitHandoff:
             return None
         record = self.record
         parent = record.parent if record.parent is not None else otel_context.get_current()
-        record.opened = opened = crossing.open_beside_ended(self.telemetry, record.start_ns, parent)
+        record.opened = opened = crossing.open_handoff(self.telemetry, record.start_ns, parent)
         ours = opened.span  # emit completes and ends it, whatever is decided here
         # one SDK provider, one resource object: its tracers hand it to every span they start
         same_provider = getattr(theirs, "resource", None) is getattr(ours, "resource", False)
