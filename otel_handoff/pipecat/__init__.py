@@ -174,7 +174,8 @@ def _worker_wrap_points(telemetry: Any) -> list[WrapPoint]:
 
 
 class _Workers(HandoffInstrumentor):
-    """Handoffs between ``pipecat.workers`` workers (pipecat-ai 1.3.0 and later)."""
+    """Handoffs between ``pipecat.workers`` workers (in pipecat-ai from 1.3.0; traced from 1.5.0, the
+    package's floor)."""
 
     release = "pipecat-ai"
     untraced = "worker handoffs are"

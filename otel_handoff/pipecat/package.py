@@ -5,7 +5,7 @@ distribution stopped at 1.4.0. Lower bound only: a newer release is instrumented
 wrap point holds (all or nothing), with one info line naming the tested range.
 """
 
-_instruments = ("pipecat-ai >= 1.5.0",)  # Flows; its worker handoffs from 1.3.0 (the part's own check)
+_instruments = ("pipecat-ai >= 1.5.0",)  # Flows, and worker handoffs (in pipecat-ai from 1.3.0)
 
 # what the version matrix (.ci/matrix.sh) passes
 TESTED = "pipecat-ai 1.5.0 to 1.14.0"
