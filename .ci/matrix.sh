@@ -83,9 +83,10 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
   case "$dist" in
     # httpx: 1.2/1.4 import it undeclared; opentelemetry-distro: what sets the SDK up under
     # opentelemetry-instrument (without it we rightly warn that nothing will be exported)
-    # the real call (tests/test_livekit_call.py) needs livekit-server and Jaeger: the main suite runs it;
-    # rotel for the job pool's export (tests/test_livekit_job_setup.py)
-    livekit-agents) tests=($(ls tests/test_livekit_*.py | grep -v test_livekit_call.py))
+    # the real calls (tests/test_livekit_call.py, and on shaped links test_livekit_legs.py) need
+    # livekit-server and Jaeger: the main suite runs them; rotel for the job pool's export
+    # (tests/test_livekit_job_setup.py)
+    livekit-agents) tests=($(ls tests/test_livekit_*.py | grep -v -e test_livekit_call.py -e test_livekit_legs.py))
       extra=(httpx opentelemetry-distro "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
     # the real call (tests/test_pipecat_call.py) needs Jaeger and a WebRTC caller: the main suite runs it

@@ -27,7 +27,6 @@ to ``livekit-call-measurements.json`` in the run's temporary folder and to stdou
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import json
 import os
 import re
@@ -58,20 +57,13 @@ from livekit_call.deployment import (
     first_speech_of,
     handoff_of,
     phases_of,
+    skip_unless_deployable,
 )
 from livekit_call.waterfall import COMMAND, RECORDING, SEGMENTS, recording, table, waterfall
 from livekit_call.waterfall import report as waterfall_report
 from receivers import Span, missing
 
-agents = pytest.importorskip("livekit.agents")
-if (
-    not hasattr(agents, "AgentServer")
-    or "turn_handling" not in inspect.signature(agents.AgentSession).parameters
-):
-    pytest.skip(
-        "the deployed agent is written for livekit-agents 1.8 (AgentServer, turn_handling)",
-        allow_module_level=True,
-    )
+skip_unless_deployable()
 
 FRAMEWORK = "livekit-agents"
 CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new agent's first frame goes out

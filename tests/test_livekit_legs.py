@@ -34,9 +34,6 @@ import pytest
 import shaper
 import stack
 from call_checks import HEARD_TOLERANCE_S, LINK_SPREAD, ROUNDING_S
-from receivers import wait_until
-
-pytest.importorskip("livekit.agents")
 from livekit_call.deployment import (
     SECOND_AGENT,
     Call,
@@ -48,10 +45,14 @@ from livekit_call.deployment import (
     delivered,
     first_speech_of,
     handoff_of,
+    skip_unless_deployable,
     traces,
     worker,
     worker_environment,
 )
+from receivers import wait_until
+
+skip_unless_deployable()
 
 AGENT_SIDE, SERVER_AGENT_SIDE = "10.251.1.2", "10.251.1.1"
 SERVER_CALLER_SIDE, CALLER_SIDE = "10.251.2.1", "10.251.2.2"
