@@ -37,11 +37,12 @@ from pipecat.bus.adapters.base import TypeAdapter
 from ..core import crossing
 from ..core import schema as sc
 from ..core.conversation import Conversation
-from ..core.emit import Emitted, emit, emit_linked
+from ..core.emit import Emitted, emit
 from ..core.faults import guard
 from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
+from ._downlink import emit_first_speech, speech_started_ns
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
@@ -74,6 +75,7 @@ class WorkerHandoff:
     asked_ns: int = 0  # the worker asked (``activate_worker``): the handler's end
     from_inactive: bool = False  # the worker had handed off already: its target is active beside
     conversation: Conversation | None = None  # the sender's (in its process)
+    conversation_id: str | None = None  # the sender's session's, carried to another process
     parent: otel_context.Context | None = None  # the sender's span, where the app traces one
     pending: int = 0  # id() of LLMWorker's held handover for this request (it holds the worker)
     awaited: list[FrameAwaited] = field(default_factory=list)
@@ -81,6 +83,10 @@ class WorkerHandoff:
     done: bool = False
     speech_ns: int = 0  # the session started speaking before the first output was seen
     outcome_completed: bool = False
+    stopped_ns: int = 0  # the bot stopped speaking during the drain
+    held_ns: int = 0  # and only then the drain's flush probe passed the session's output
+    session: Any = None  # the session whose next speech is the first speech (weakly), once awaited
+    quiet_ns: int = 0  # when that speech was awaited from
 
     def phase(self, name: str, end_ns: int) -> None:
         """The phase that began at ``stage_ns`` ends at ``end_ns``; the next begins there."""
@@ -98,6 +104,7 @@ class WorkerHandoff:
         if parent is not None:
             crossing.inject(carrier, parent)
         carrier["handoff"] = {
+            "conversation_id": self.conversation.conversation_id if self.conversation else None,
             "start_ns": self.start_ns,
             "sent_ns": self.stage_ns,
             "from": self.from_worker,
@@ -127,6 +134,7 @@ def _received(carrier: dict[str, Any], to_worker: str) -> WorkerHandoff | None:
         stage_ns=int(sent["sent_ns"]),
         from_inactive=bool(sent.get("from_inactive")),
         parent=crossing.extract(carrier),
+        conversation_id=sent.get("conversation_id") if isinstance(sent.get("conversation_id"), str) else None,
     )
     for name, start_ns, end_ns in sent.get("phases") or ():
         if name in sc.PHASES:
@@ -159,12 +167,22 @@ class WorkersTelemetry(HandoffTelemetry):
         self.adapter = CarryingAdapter(self)
         self.holds_context = _holds_context()
 
-    def conversation(self, bus: Any) -> Conversation:
-        """One conversation per bus (a session's workers share one): its handoffs' count and root."""
+    def conversation(self, bus: Any, worker: Any) -> Conversation:
+        """One conversation per bus (a session's workers share one): its handoffs' count and root,
+        and the conversation id the app gave its session's ``PipelineWorker`` (Pipecat's own spans
+        carry it), if the session is in this process."""
         found = self.conversations.get(bus)
         if found is None:
-            found = self.conversations[bus] = Conversation(self, time.time_ns(), otel_context.Context())
+            found = self.conversations[bus] = Conversation(
+                self, time.time_ns(), otel_context.Context(), _conversation_id(self, worker)
+            )
         return found
+
+
+def _conversation_id(telemetry: WorkersTelemetry, worker: Any) -> str | None:
+    session = _session(telemetry, worker)[0]
+    value = getattr(session() if session is not None else None, "_conversation_id", None)
+    return value if isinstance(value, str) and value else None
 
 
 _CALL: ContextVar[_ToolCall | None] = ContextVar("otel_handoff_workers_call", default=None)
@@ -245,7 +263,7 @@ def _new(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHandoff
     tool = call is not None and call.worker is worker
     now = time.time_ns()
     start_ns = call.start_ns if tool else now
-    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker)
+    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker, worker)
     return WorkerHandoff(
         start_ns=start_ns,
         from_worker=getattr(worker, "name", None),
@@ -318,7 +336,40 @@ def _handing(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHan
     handoff.pending = 0
     if handoff.trigger == sc.TRIGGER_TOOL:
         handoff.phase(sc.PHASE_HANDLER, handoff.asked_ns or time.time_ns())
+    _watch_drain(telemetry, worker, handoff)
     return handoff
+
+
+def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) -> None:
+    """A real output transport queues the drain's flush probe behind the audio it still has to play
+    (a sync frame, in order): the drain then waits for the old worker's audio. The bot stopping
+    speaking during the drain, and only then the probe reaching the session's sink, says so."""
+    frames = _frames()
+    probe = getattr(frames, "PipelineFlushFrame", None)
+    shape = _shape(telemetry, worker)
+    session = shape.session() if shape.session is not None and probe is not None else None
+    if session is None:
+        return
+    stopped = FrameAwaited(
+        session, UPSTREAM, (frames.BotStoppedSpeakingFrame,), functools.partial(_audio_stopped, handoff)
+    )
+    through = FrameAwaited(
+        session, DOWNSTREAM, (probe,), functools.partial(_probe_through, weakref.ref(worker), handoff)
+    )
+    handoff.awaited += [a for a in (stopped, through) if a.listening]
+
+
+def _audio_stopped(handoff: WorkerHandoff, now: int, _: Any) -> None:
+    if not handoff.done and sc.DRAIN not in handoff.phases:
+        handoff.stopped_ns = now
+
+
+def _probe_through(ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> None:
+    worker = ref()
+    if handoff.done or worker is None or sc.DRAIN in handoff.phases:
+        return
+    if handoff.stopped_ns and getattr(probe, "origin", None) == getattr(worker, "name", None):
+        handoff.held_ns = now  # held at the output until the old audio had played
 
 
 def _hand_on(telemetry: WorkersTelemetry, worker: Any) -> None:
@@ -373,6 +424,11 @@ def _sending(telemetry: WorkersTelemetry, worker: Any, target: str, deactivate: 
         _hand_on(telemetry, worker)
         handoff = _take_request(telemetry, worker, target)  # a bus-only worker hands off
     now = time.time_ns()
+    for awaited in handoff.awaited:  # the drain's probe, where it never reached the session
+        awaited.stop()
+    handoff.awaited.clear()
+    if handoff.held_ns:  # the drain waited for the old audio, then finished
+        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, handoff.held_ns)
     handoff.phase(sc.DRAIN, now)
     handoff.from_inactive = not getattr(worker, "_active", True)
     return handoff
@@ -479,7 +535,7 @@ def _set_up(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) ->
     handoff.phase(sc.PHASE_SETUP, now)
     telemetry.awaiting[worker] = handoff
     speaking = _speaking_session(_shape(telemetry, worker))
-    if speaking is not None and telemetry.holds_context:
+    if speaking is not None and telemetry.holds_context and sc.PHASE_AWAIT_OLD_AUDIO not in handoff.phases:
         awaited = FrameAwaited(
             speaking,
             UPSTREAM,
@@ -530,6 +586,7 @@ def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHando
             if earlier is not None:
                 earlier.stop()  # a handoff whose new worker never spoke: no first speech for it
             telemetry.speech[session] = speech
+            handoff.session, handoff.quiet_ns = weakref.ref(session), time.time_ns()
 
 
 def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff, now: int, _: Any) -> None:
@@ -545,10 +602,18 @@ def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff,
 
 
 def _first_speech(telemetry: WorkersTelemetry, handoff: WorkerHandoff, now: int, _: Any) -> None:
+    """The session started speaking: until its output transport's first write of it, where known
+    (the upstream ``BotStartedSpeakingFrame`` reaches the session's source some processors later);
+    on a WebRTC transport with what the caller hears."""
     if handoff.emitted is None:
         handoff.speech_ns = now  # emitted with the handoff, once its first output is seen
     elif handoff.outcome_completed:
-        emit_linked(telemetry, handoff.emitted, PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, now))
+        session = handoff.session() if handoff.session is not None else None
+        started = speech_started_ns(session)
+        if started is not None and handoff.quiet_ns <= started <= now:
+            now = started
+        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, max(now, handoff.start_ns))
+        emit_first_speech(telemetry, handoff.emitted, phase, session)
 
 
 def _finish(
@@ -606,7 +671,14 @@ def _emit(
     parent = handoff.parent if handoff.parent is not None else otel_context.Context()
     end_ns = max(end_ns, handoff.start_ns)
     handoff.emitted = emit(
-        telemetry, HandoffRecord(start_ns=handoff.start_ns, end_ns=end_ns, parent=parent, **fields)
+        telemetry,
+        HandoffRecord(
+            start_ns=handoff.start_ns,
+            end_ns=end_ns,
+            parent=parent,
+            conversation_id=handoff.conversation_id,
+            **fields,
+        ),
     )
 
 

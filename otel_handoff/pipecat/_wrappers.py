@@ -27,7 +27,8 @@ from pipecat.pipeline.worker import PipelineWorker
 from ..core import schema as sc
 from ..core.faults import guard
 from ..core.record import PhaseRecord
-from ._observer import WorkerWatch, note_speech_started
+from ._downlink import note_speech_started
+from ._observer import WorkerWatch
 from ._transition import FlowState, FlowsTelemetry, Transition
 
 
