@@ -30,20 +30,35 @@ ICE_TIMEOUT_SECONDS = 1.0  # and at most this long more for the ICE pair's round
 _TRANSPORT = "pipecat.transports.smallwebrtc.transport"
 
 
-# output transport (a processor) -> when its media sender last started a run of the bot's speech
-# (its first write: noted by the Flows part's wrapper of ``MediaSender._bot_started_speaking``)
+# output transport (a processor) -> when its media sender last started (its first write) or ended
+# (its last audio written) a run of the bot's speech: noted by the Flows part's wrappers of
+# ``MediaSender._bot_started_speaking`` and ``_bot_stopped_speaking``, once a run
 _SPEECH_STARTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_SPEECH_STOPPED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def note_speech_started(media_sender: Any, now_ns: int) -> None:
     _SPEECH_STARTED[media_sender._transport] = now_ns
 
 
+def note_speech_stopped(media_sender: Any, now_ns: int) -> None:
+    _SPEECH_STOPPED[media_sender._transport] = now_ns
+
+
 def speech_started_ns(worker: Any) -> int | None:
     """When an output transport of the worker's pipeline last started a run of speech, if known."""
-    if worker is None or not _SPEECH_STARTED:
+    return _latest(_SPEECH_STARTED, worker)
+
+
+def speech_stopped_ns(worker: Any) -> int | None:
+    """When an output transport of the worker's pipeline last ended a run of speech, if known."""
+    return _latest(_SPEECH_STOPPED, worker)
+
+
+def _latest(marks: weakref.WeakKeyDictionary[Any, int], worker: Any) -> int | None:
+    if worker is None or not marks:
         return None
-    found = [_SPEECH_STARTED.get(p) for p in processors(getattr(worker, "pipeline", None))]
+    found = [marks.get(p) for p in processors(getattr(worker, "pipeline", None))]
     return max((ns for ns in found if ns is not None), default=None)
 
 

@@ -42,7 +42,7 @@ from ..core.faults import guard
 from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
-from ._downlink import emit_first_speech, speech_started_ns
+from ._downlink import emit_first_speech, speech_started_ns, speech_stopped_ns
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
@@ -84,7 +84,7 @@ class WorkerHandoff:
     speech_ns: int = 0  # the session started speaking before the first output was seen
     outcome_completed: bool = False
     stopped_ns: int = 0  # the bot stopped speaking during the drain
-    held_ns: int = 0  # and only then the drain's flush probe passed the session's output
+    held: bool = False  # and only then the drain's flush probe passed the session's output
     session: Any = None  # the session whose next speech is the first speech (weakly), once awaited
     quiet_ns: int = 0  # when that speech was awaited from
 
@@ -357,6 +357,7 @@ def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandof
         session, DOWNSTREAM, (probe,), functools.partial(_probe_through, weakref.ref(worker), handoff)
     )
     handoff.awaited += [a for a in (stopped, through) if a.listening]
+    handoff.session = weakref.ref(session)
 
 
 def _audio_stopped(handoff: WorkerHandoff, now: int, _: Any) -> None:
@@ -369,7 +370,7 @@ def _probe_through(ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> No
     if handoff.done or worker is None or sc.DRAIN in handoff.phases:
         return
     if handoff.stopped_ns and getattr(probe, "origin", None) == getattr(worker, "name", None):
-        handoff.held_ns = now  # held at the output until the old audio had played
+        handoff.held = True  # held at the output until the old audio had played
 
 
 def _hand_on(telemetry: WorkersTelemetry, worker: Any) -> None:
@@ -427,8 +428,12 @@ def _sending(telemetry: WorkersTelemetry, worker: Any, target: str, deactivate: 
     for awaited in handoff.awaited:  # the drain's probe, where it never reached the session
         awaited.stop()
     handoff.awaited.clear()
-    if handoff.held_ns:  # the drain waited for the old audio, then finished
-        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, handoff.held_ns)
+    if handoff.held:  # the drain waited for the old audio to stop, then finished
+        session = handoff.session() if handoff.session is not None else None
+        ended = speech_stopped_ns(session)  # the output's last write of it, where known
+        if ended is None or not handoff.stage_ns <= ended <= handoff.stopped_ns:
+            ended = handoff.stopped_ns
+        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, ended)
     handoff.phase(sc.DRAIN, now)
     handoff.from_inactive = not getattr(worker, "_active", True)
     return handoff
