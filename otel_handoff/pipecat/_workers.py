@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import sys
 import time
 import weakref
 from contextvars import ContextVar
@@ -83,8 +84,7 @@ class WorkerHandoff:
     done: bool = False
     speech_ns: int = 0  # the session started speaking before the first output was seen
     outcome_completed: bool = False
-    stopped_ns: int = 0  # the bot stopped speaking during the drain
-    held: bool = False  # and only then the drain's flush probe passed the session's output
+    stopped_ns: int = 0  # the drain's flush probe passed the session's output once the old audio ended
     session: Any = None  # the session whose next speech is the first speech (weakly), once awaited
     quiet_ns: int = 0  # when that speech was awaited from
 
@@ -341,36 +341,32 @@ def _handing(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHan
 
 
 def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) -> None:
-    """A real output transport queues the drain's flush probe behind the audio it still has to play
-    (a sync frame, in order): the drain then waits for the old worker's audio. The bot stopping
-    speaking during the drain, and only then the probe reaching the session's sink, says so."""
-    frames = _frames()
-    probe = getattr(frames, "PipelineFlushFrame", None)
+    """A transport's output queues the drain's flush probe behind the audio it still has to play (a
+    sync frame, in order): the drain then waits for the old worker's audio. The output ending its
+    run of speech during the drain (its last write, noted once a run), and only then the probe
+    reaching the session's sink, says so. Only where the session writes to a transport's output."""
     shape = _shape(telemetry, worker)
-    session = shape.session() if shape.session is not None and probe is not None else None
+    session = shape.session() if shape.session is not None and shape.transport_output else None
     if session is None:
         return
-    stopped = FrameAwaited(
-        session, UPSTREAM, (frames.BotStoppedSpeakingFrame,), functools.partial(_audio_stopped, handoff)
-    )
     through = FrameAwaited(
-        session, DOWNSTREAM, (probe,), functools.partial(_probe_through, weakref.ref(worker), handoff)
+        session,
+        DOWNSTREAM,
+        (_frames().PipelineFlushFrame,),
+        functools.partial(_probe_through, weakref.ref(worker), weakref.ref(session), handoff),
     )
-    handoff.awaited += [a for a in (stopped, through) if a.listening]
-    handoff.session = weakref.ref(session)
+    if through.listening:
+        handoff.awaited.append(through)
 
 
-def _audio_stopped(handoff: WorkerHandoff, now: int, _: Any) -> None:
-    if not handoff.done and sc.DRAIN not in handoff.phases:
-        handoff.stopped_ns = now
-
-
-def _probe_through(ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> None:
+def _probe_through(ref: Any, session_ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> None:
     worker = ref()
     if handoff.done or worker is None or sc.DRAIN in handoff.phases:
         return
-    if handoff.stopped_ns and getattr(probe, "origin", None) == getattr(worker, "name", None):
-        handoff.held = True  # held at the output until the old audio had played
+    stopped = speech_stopped_ns(session_ref())
+    ours = getattr(probe, "origin", None) == worker.name
+    if ours and stopped is not None and handoff.stage_ns <= stopped <= now:
+        handoff.stopped_ns = stopped  # held at the output until the old audio had been written
 
 
 def _hand_on(telemetry: WorkersTelemetry, worker: Any) -> None:
@@ -428,12 +424,8 @@ def _sending(telemetry: WorkersTelemetry, worker: Any, target: str, deactivate: 
     for awaited in handoff.awaited:  # the drain's probe, where it never reached the session
         awaited.stop()
     handoff.awaited.clear()
-    if handoff.held:  # the drain waited for the old audio to stop, then finished
-        session = handoff.session() if handoff.session is not None else None
-        ended = speech_stopped_ns(session)  # the output's last write of it, where known
-        if ended is None or not handoff.stage_ns <= ended <= handoff.stopped_ns:
-            ended = handoff.stopped_ns
-        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, ended)
+    if handoff.stopped_ns:  # the drain waited for the old audio to end, then finished
+        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, handoff.stopped_ns)
     handoff.phase(sc.DRAIN, now)
     handoff.from_inactive = not getattr(worker, "_active", True)
     return handoff
@@ -729,6 +721,7 @@ class _Shape(NamedTuple):
     aggregators: tuple[
         Any, ...
     ]  # its assistant aggregators (weakly): they hold the context while the bot speaks
+    transport_output: bool  # its pipeline writes to a transport's output (``BaseOutputTransport``)
 
 
 def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
@@ -738,8 +731,18 @@ def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
 
         has_tts = any(isinstance(p, TTSService) for p in _processors(getattr(worker, "_pipeline", None)))
         session, aggregators = _session(telemetry, worker)
-        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators)
+        output = _transport_output(session() if session is not None else None)
+        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators, output)
     return found
+
+
+def _transport_output(session: Any) -> bool:
+    """Does the session write to a transport's output (which plays its audio in order with the
+    drain's flush probe)? Not where no transport was ever imported, or no flush probe exists."""
+    output = getattr(sys.modules.get("pipecat.transports.base_output"), "BaseOutputTransport", None)
+    if session is None or output is None or not hasattr(_frames(), "PipelineFlushFrame"):
+        return False
+    return any(isinstance(p, output) for p in _processors(getattr(session, "_pipeline", None)))
 
 
 def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...]]:
