@@ -8,7 +8,9 @@ sets the worker inactive and sends ``BusDeactivateWorkerMessage`` and ``BusActiv
 on the bus; the target's bus task hands the latter to ``_handle_worker_activate``, and
 ``_maybe_activate`` runs its ``on_activated`` (an ``LLMWorker`` queues its tools and the activation's
 messages). The session's assistant aggregator then holds the new model call until the old worker's
-audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline.
+audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline. A
+transport's output (a real call's) plays the old audio before it lets the drain's flush probe
+through: there the wait for the old audio is inside the drain, before its rest.
 
 Each wrapper takes timestamps only; the handoff becomes one record, emitted by the process that
 sees its end (the target's): handler, drain, bus crossing, setup, the wait for the old audio, first
