@@ -10,7 +10,7 @@ caller's turn it says it transfers the caller and, in the same response, calls
 ``transfer_to_billing``, which hands over with ``activate_worker("billing", deactivate_self=True)``.
 The caller hears triage's farewell to its end, a silence, billing.
 
-Two calls, one deployment, run once for the module (about 25 s). The checks and their tolerances
+Two calls, one deployment, run once for the module (about 20 s). The checks and their tolerances
 are the Flows call's (``call_checks.py``).
 """
 
