@@ -26,7 +26,18 @@ STALL_S = 0.060
 # more than the packets it lost by as much (60 ms, at 48 kHz), and NetEq grows its buffer on that
 DRY_SAMPLES = round(STALL_S * 48_000)
 OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz: what NetEq conceals for one lost packet
+# first speech ends when the new agent's first audio is written to the WebRTC transport
+CAPTURE_TOLERANCE_US = 5_000
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
+JITTER = "agent_handoff.downlink.jitter"
+NAMED_SHARE = 0.9  # of a handoff's span, its named phases cover at least this much
+
+
+def tolerance(attributes: dict[str, Any]) -> float:
+    """How far the heard-delay estimate may be from what a browser heard (docs/pipecat.md, what the
+    caller hears): 30 ms, and the spread of the one round trip the estimate halves: 1.5 times the
+    jitter the caller reports, the extent of a delay uniform in ±J whose reported jitter is 2J/3."""
+    return HEARD_TOLERANCE_S + LINK_SPREAD * attributes.get(JITTER, 0.0)
 
 
 def end_us(span: Span) -> int:
@@ -59,6 +70,16 @@ def accounting_problems(label: str, span: Span, phases: list[Span]) -> list[str]
             f"{label}: phases {covered} µs + unattributed {unattributed * 1e6:.0f} µs"
             f" ≠ the span's {span['duration_us']} µs"
         ]
+    return []
+
+
+def unnamed_problems(label: str, span: Span) -> list[str]:
+    """The handoff's named phases cover at least :data:`NAMED_SHARE` of it:
+    ``agent_handoff.unattributed.duration`` holds no more than the rest."""
+    unattributed = span["attributes"].get(UNATTRIBUTED, 0.0) * 1e6
+    print(f"\n{label}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
+    if unattributed > (1 - NAMED_SHARE) * span["duration_us"]:
+        return [f"{label}: {unattributed:.0f} of {span['duration_us']} µs unattributed"]
     return []
 
 

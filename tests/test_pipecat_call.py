@@ -36,8 +36,10 @@ from typing import Any
 import pytest
 import stack
 from call_checks import (
+    CAPTURE_TOLERANCE_US,
     DRY_SAMPLES,
     HEARD_TOLERANCE_S,
+    JITTER,
     LINK_SPREAD,
     OPUS_PACKET_SAMPLES,
     ROUNDING_S,
@@ -46,6 +48,8 @@ from call_checks import (
     accounting_problems,
     end_us,
     jaeger_warnings,
+    tolerance,
+    unnamed_problems,
 )
 from pipecat_call.deployment import (
     CONVERSATION_ID,
@@ -70,13 +74,10 @@ pytest.importorskip("pipecat.runner.run", reason="needs pipecat-ai's runner extr
 pytest.importorskip("aiortc", reason="needs pipecat-ai's webrtc extra (aiortc)")
 
 FRAMEWORK = "pipecat-flows"
-CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new node's first audio is written
 ARRIVAL_SECONDS = 5.0
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
 MISSING = "agent_handoff.first_speech.heard_delay_missing"
-UNATTRIBUTED = "agent_handoff.unattributed.duration"
-JITTER = "agent_handoff.downlink.jitter"
 ROUND_TRIP = "agent_handoff.downlink.round_trip_time"
 
 # one breath each (a pause would end the turn early), of different lengths
@@ -249,13 +250,7 @@ def test_named_phases_cover_nine_tenths_of_the_transition(run: Deployment) -> No
     """The transition's named phases (the handler, the result's delivery back to Flows, the
     context update, ...) cover at least 90 % of it; ``agent_handoff.unattributed.duration`` holds
     the rest (before the delivery phase, 2.6 of a 2.7 ms transition was unattributed)."""
-    problems = []
-    for call in run.calls:
-        span = handoff(call)
-        unattributed = span["attributes"].get(UNATTRIBUTED, 0.0) * 1e6
-        print(f"\n{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
-        if unattributed > 0.1 * span["duration_us"]:
-            problems.append(f"{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
+    problems = [p for call in run.calls for p in unnamed_problems(call.id, handoff(call))]
     assert not problems, "\n".join(problems)
 
 
@@ -273,13 +268,6 @@ def heard_delays(run: Deployment) -> list[tuple[CallRecord, dict[str, Any], floa
         measured = (call.caller["first_heard_ns"][SECOND_NODE] - written_ns(run, call)) / 1e9
         found.append((call, first_speech(call)["attributes"], measured))
     return found
-
-
-def tolerance(attributes: dict[str, Any]) -> float:
-    """How far the estimate may be from what a browser heard (docs/pipecat.md, what the caller
-    hears): 30 ms, and the spread of the one round trip the estimate halves: 1.5 times the jitter
-    the caller reports, the extent of a delay uniform in ±J whose reported jitter is 2J/3."""
-    return HEARD_TOLERANCE_S + LINK_SPREAD * attributes.get(JITTER, 0.0)
 
 
 def test_every_first_speech_has_an_estimate_or_says_why(run: Deployment) -> None:

@@ -8,7 +8,9 @@ sets the worker inactive and sends ``BusDeactivateWorkerMessage`` and ``BusActiv
 on the bus; the target's bus task hands the latter to ``_handle_worker_activate``, and
 ``_maybe_activate`` runs its ``on_activated`` (an ``LLMWorker`` queues its tools and the activation's
 messages). The session's assistant aggregator then holds the new model call until the old worker's
-audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline.
+audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline. A
+transport's output (a real call's) plays the old audio before it lets the drain's flush probe
+through: there the wait for the old audio is inside the drain, before its rest.
 
 Each wrapper takes timestamps only; the handoff becomes one record, emitted by the process that
 sees its end (the target's): handler, drain, bus crossing, setup, the wait for the old audio, first
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import sys
 import time
 import weakref
 from contextvars import ContextVar
@@ -37,11 +40,12 @@ from pipecat.bus.adapters.base import TypeAdapter
 from ..core import crossing
 from ..core import schema as sc
 from ..core.conversation import Conversation
-from ..core.emit import Emitted, emit, emit_linked
+from ..core.emit import Emitted, emit
 from ..core.faults import guard
 from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
+from ._downlink import emit_first_speech, speech_started_ns, speech_stopped_ns
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
@@ -74,6 +78,7 @@ class WorkerHandoff:
     asked_ns: int = 0  # the worker asked (``activate_worker``): the handler's end
     from_inactive: bool = False  # the worker had handed off already: its target is active beside
     conversation: Conversation | None = None  # the sender's (in its process)
+    conversation_id: str | None = None  # the sender's session's, carried to another process
     parent: otel_context.Context | None = None  # the sender's span, where the app traces one
     pending: int = 0  # id() of LLMWorker's held handover for this request (it holds the worker)
     awaited: list[FrameAwaited] = field(default_factory=list)
@@ -81,6 +86,9 @@ class WorkerHandoff:
     done: bool = False
     speech_ns: int = 0  # the session started speaking before the first output was seen
     outcome_completed: bool = False
+    stopped_ns: int = 0  # the drain's flush probe passed the session's output once the old audio ended
+    session: Any = None  # the session whose next speech is the first speech (weakly), once awaited
+    quiet_ns: int = 0  # when that speech was awaited from
 
     def phase(self, name: str, end_ns: int) -> None:
         """The phase that began at ``stage_ns`` ends at ``end_ns``; the next begins there."""
@@ -98,6 +106,7 @@ class WorkerHandoff:
         if parent is not None:
             crossing.inject(carrier, parent)
         carrier["handoff"] = {
+            "conversation_id": self.conversation.conversation_id if self.conversation else None,
             "start_ns": self.start_ns,
             "sent_ns": self.stage_ns,
             "from": self.from_worker,
@@ -127,6 +136,7 @@ def _received(carrier: dict[str, Any], to_worker: str) -> WorkerHandoff | None:
         stage_ns=int(sent["sent_ns"]),
         from_inactive=bool(sent.get("from_inactive")),
         parent=crossing.extract(carrier),
+        conversation_id=sent.get("conversation_id") if isinstance(sent.get("conversation_id"), str) else None,
     )
     for name, start_ns, end_ns in sent.get("phases") or ():
         if name in sc.PHASES:
@@ -159,12 +169,22 @@ class WorkersTelemetry(HandoffTelemetry):
         self.adapter = CarryingAdapter(self)
         self.holds_context = _holds_context()
 
-    def conversation(self, bus: Any) -> Conversation:
-        """One conversation per bus (a session's workers share one): its handoffs' count and root."""
+    def conversation(self, bus: Any, worker: Any) -> Conversation:
+        """One conversation per bus (a session's workers share one): its handoffs' count and root,
+        and the conversation id the app gave its session's ``PipelineWorker`` (Pipecat's own spans
+        carry it), if the session is in this process."""
         found = self.conversations.get(bus)
         if found is None:
-            found = self.conversations[bus] = Conversation(self, time.time_ns(), otel_context.Context())
+            found = self.conversations[bus] = Conversation(
+                self, time.time_ns(), otel_context.Context(), _conversation_id(self, worker)
+            )
         return found
+
+
+def _conversation_id(telemetry: WorkersTelemetry, worker: Any) -> str | None:
+    session = _session(telemetry, worker)[0]
+    value = getattr(session() if session is not None else None, "_conversation_id", None)
+    return value if isinstance(value, str) and value else None
 
 
 _CALL: ContextVar[_ToolCall | None] = ContextVar("otel_handoff_workers_call", default=None)
@@ -245,7 +265,7 @@ def _new(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHandoff
     tool = call is not None and call.worker is worker
     now = time.time_ns()
     start_ns = call.start_ns if tool else now
-    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker)
+    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker, worker)
     return WorkerHandoff(
         start_ns=start_ns,
         from_worker=getattr(worker, "name", None),
@@ -318,7 +338,37 @@ def _handing(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHan
     handoff.pending = 0
     if handoff.trigger == sc.TRIGGER_TOOL:
         handoff.phase(sc.PHASE_HANDLER, handoff.asked_ns or time.time_ns())
+    _watch_drain(telemetry, worker, handoff)
     return handoff
+
+
+def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) -> None:
+    """A transport's output queues the drain's flush probe behind the audio it still has to play (a
+    sync frame, in order): the drain then waits for the old worker's audio. The output ending its
+    run of speech during the drain (its last write, noted once a run), and only then the probe
+    reaching the session's sink, says so. Only where the session writes to a transport's output."""
+    shape = _shape(telemetry, worker)
+    session = shape.session() if shape.session is not None and shape.transport_output else None
+    if session is None:
+        return
+    through = FrameAwaited(
+        session,
+        DOWNSTREAM,
+        (_frames().PipelineFlushFrame,),
+        functools.partial(_probe_through, weakref.ref(worker), weakref.ref(session), handoff),
+    )
+    if through.listening:
+        handoff.awaited.append(through)
+
+
+def _probe_through(ref: Any, session_ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> None:
+    worker = ref()
+    if handoff.done or worker is None or sc.DRAIN in handoff.phases:
+        return
+    stopped = speech_stopped_ns(session_ref())
+    ours = getattr(probe, "origin", None) == worker.name
+    if ours and stopped is not None and handoff.stage_ns <= stopped <= now:
+        handoff.stopped_ns = stopped  # held at the output until the old audio had been written
 
 
 def _hand_on(telemetry: WorkersTelemetry, worker: Any) -> None:
@@ -373,6 +423,11 @@ def _sending(telemetry: WorkersTelemetry, worker: Any, target: str, deactivate: 
         _hand_on(telemetry, worker)
         handoff = _take_request(telemetry, worker, target)  # a bus-only worker hands off
     now = time.time_ns()
+    for awaited in handoff.awaited:  # the drain's probe, where it never reached the session
+        awaited.stop()
+    handoff.awaited.clear()
+    if handoff.stopped_ns:  # the drain waited for the old audio to end, then finished
+        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, handoff.stopped_ns)
     handoff.phase(sc.DRAIN, now)
     handoff.from_inactive = not getattr(worker, "_active", True)
     return handoff
@@ -479,7 +534,7 @@ def _set_up(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) ->
     handoff.phase(sc.PHASE_SETUP, now)
     telemetry.awaiting[worker] = handoff
     speaking = _speaking_session(_shape(telemetry, worker))
-    if speaking is not None and telemetry.holds_context:
+    if speaking is not None and telemetry.holds_context and sc.PHASE_AWAIT_OLD_AUDIO not in handoff.phases:
         awaited = FrameAwaited(
             speaking,
             UPSTREAM,
@@ -530,6 +585,7 @@ def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHando
             if earlier is not None:
                 earlier.stop()  # a handoff whose new worker never spoke: no first speech for it
             telemetry.speech[session] = speech
+            handoff.session, handoff.quiet_ns = weakref.ref(session), time.time_ns()
 
 
 def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff, now: int, _: Any) -> None:
@@ -545,10 +601,18 @@ def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff,
 
 
 def _first_speech(telemetry: WorkersTelemetry, handoff: WorkerHandoff, now: int, _: Any) -> None:
+    """The session started speaking: until its output transport's first write of it, where known
+    (the upstream ``BotStartedSpeakingFrame`` reaches the session's source some processors later);
+    on a WebRTC transport with what the caller hears."""
     if handoff.emitted is None:
         handoff.speech_ns = now  # emitted with the handoff, once its first output is seen
     elif handoff.outcome_completed:
-        emit_linked(telemetry, handoff.emitted, PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, now))
+        session = handoff.session() if handoff.session is not None else None
+        started = speech_started_ns(session)
+        if started is not None and handoff.quiet_ns <= started <= now:
+            now = started
+        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, max(now, handoff.start_ns))
+        emit_first_speech(telemetry, handoff.emitted, phase, session)
 
 
 def _finish(
@@ -606,7 +670,14 @@ def _emit(
     parent = handoff.parent if handoff.parent is not None else otel_context.Context()
     end_ns = max(end_ns, handoff.start_ns)
     handoff.emitted = emit(
-        telemetry, HandoffRecord(start_ns=handoff.start_ns, end_ns=end_ns, parent=parent, **fields)
+        telemetry,
+        HandoffRecord(
+            start_ns=handoff.start_ns,
+            end_ns=end_ns,
+            parent=parent,
+            conversation_id=handoff.conversation_id,
+            **fields,
+        ),
     )
 
 
@@ -652,6 +723,7 @@ class _Shape(NamedTuple):
     aggregators: tuple[
         Any, ...
     ]  # its assistant aggregators (weakly): they hold the context while the bot speaks
+    transport_output: bool  # its pipeline writes to a transport's output (``BaseOutputTransport``)
 
 
 def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
@@ -661,8 +733,18 @@ def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
 
         has_tts = any(isinstance(p, TTSService) for p in _processors(getattr(worker, "_pipeline", None)))
         session, aggregators = _session(telemetry, worker)
-        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators)
+        output = _transport_output(session() if session is not None else None)
+        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators, output)
     return found
+
+
+def _transport_output(session: Any) -> bool:
+    """Does the session write to a transport's output (which plays its audio in order with the
+    drain's flush probe)? Not where no transport was ever imported, or no flush probe exists."""
+    output = getattr(sys.modules.get("pipecat.transports.base_output"), "BaseOutputTransport", None)
+    if session is None or output is None or not hasattr(_frames(), "PipelineFlushFrame"):
+        return False
+    return any(isinstance(p, output) for p in _processors(getattr(session, "_pipeline", None)))
 
 
 def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...]]:
