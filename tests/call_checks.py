@@ -27,16 +27,16 @@ STALL_S = 0.060
 DRY_SAMPLES = round(STALL_S * 48_000)
 OPUS_PACKET_SAMPLES = 960  # 20 ms at 48 kHz: what NetEq conceals for one lost packet
 UNATTRIBUTED = "agent_handoff.unattributed.duration"
+NAMED_SHARE = 0.9  # of a handoff, what its named phases must cover (issue 51): the rest is unattributed
 
 
 def end_us(span: Span) -> int:
     return span["start_us"] + span["duration_us"]
 
 
-def accounting_problems(label: str, span: Span, phases: list[Span]) -> list[str]:
-    """Between the handoff's start, its phases and its end no gap reaches 1 ms, unless the span
-    says how long it could not attribute (``agent_handoff.unattributed.duration``): then the
-    phases and that add up to the span's duration."""
+def covered_us(span: Span, phases: list[Span]) -> tuple[int, list[tuple[str, int]]]:
+    """How much of the handoff its phases cover (µs), and the gaps between them (before which
+    phase, how long)."""
     start, end = span["start_us"], end_us(span)
     covered, cursor, gaps = 0, start, []
     for phase in phases:
@@ -50,6 +50,14 @@ def accounting_problems(label: str, span: Span, phases: list[Span]) -> list[str]
             cursor = finish
     if end > cursor:
         gaps.append(("the end", end - cursor))
+    return covered, gaps
+
+
+def accounting_problems(label: str, span: Span, phases: list[Span]) -> list[str]:
+    """Between the handoff's start, its phases and its end no gap reaches 1 ms, unless the span
+    says how long it could not attribute (``agent_handoff.unattributed.duration``): then the
+    phases and that add up to the span's duration."""
+    covered, gaps = covered_us(span, phases)
     wide = [(name, us) for name, us in gaps if us >= GAP_US]
     unattributed = span["attributes"].get(UNATTRIBUTED)
     if unattributed is None:
@@ -59,6 +67,18 @@ def accounting_problems(label: str, span: Span, phases: list[Span]) -> list[str]
             f"{label}: phases {covered} µs + unattributed {unattributed * 1e6:.0f} µs"
             f" ≠ the span's {span['duration_us']} µs"
         ]
+    return []
+
+
+def unnamed_problems(label: str, span: Span, phases: list[Span]) -> list[str]:
+    """The handoff's named phases cover at least :data:`NAMED_SHARE` of it: the rest, what
+    ``agent_handoff.unattributed.duration`` holds (a span reports it from 1 ms on), is at most
+    a tenth. Read from the phases themselves, so a rest under 1 ms is held too."""
+    covered, gaps = covered_us(span, phases)
+    unnamed = span["duration_us"] - covered
+    print(f"\n{label}: {unnamed} of {span['duration_us']} µs not in a named phase; the gaps (µs): {gaps}")
+    if unnamed > (1 - NAMED_SHARE) * span["duration_us"]:
+        return [f"{label}: {unnamed} of {span['duration_us']} µs not in a named phase, gaps (µs) {gaps}"]
     return []
 
 

@@ -45,6 +45,7 @@ from call_checks import (
     accounting_problems,
     end_us,
     jaeger_warnings,
+    unnamed_problems,
 )
 from livekit_call.deployment import (
     CONVERSATION_ID,
@@ -289,6 +290,18 @@ def test_phases_cover_the_handoff(run: Deployment) -> None:
     for call in calls_of(run):
         span = handoff(call)
         problems += accounting_problems(call.room, span, phases_of(call.spans, span))
+    assert not problems, "\n".join(problems)
+
+
+def test_named_phases_cover_nine_tenths_of_the_handoff(run: Deployment) -> None:
+    """The handoff's named phases (its task's wait for the loop, the lock held before the old agent
+    leaves, drain, close, the switch, start, on_enter's wait for the loop, on_enter, ...) cover at
+    least 90 % of it; ``agent_handoff.unattributed.duration`` holds the rest (before the loop waits,
+    prepare and switch were named, 1.8 of an 8.6 ms handoff was unattributed)."""
+    problems = []
+    for call in calls_of(run):
+        span = handoff(call)
+        problems += unnamed_problems(call.room, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 

@@ -47,6 +47,7 @@ from call_checks import (
     accounting_problems,
     end_us,
     jaeger_warnings,
+    unnamed_problems,
 )
 from pipecat_call.deployment import (
     CONVERSATION_ID,
@@ -76,7 +77,6 @@ ARRIVAL_SECONDS = 5.0
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
 MISSING = "agent_handoff.first_speech.heard_delay_missing"
-UNATTRIBUTED = "agent_handoff.unattributed.duration"
 JITTER = "agent_handoff.downlink.jitter"
 ROUND_TRIP = "agent_handoff.downlink.round_trip_time"
 
@@ -253,10 +253,7 @@ def test_named_phases_cover_nine_tenths_of_the_transition(run: Deployment) -> No
     problems = []
     for call in run.calls:
         span = handoff(call)
-        unattributed = span["attributes"].get(UNATTRIBUTED, 0.0) * 1e6
-        print(f"\n{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
-        if unattributed > 0.1 * span["duration_us"]:
-            problems.append(f"{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
+        problems += unnamed_problems(call.id, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 
