@@ -109,6 +109,7 @@ class LiveKitHandoff:
         "ended",
         "from_agent",
         "livekit_open",
+        "livekit_pending",
         "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
@@ -163,6 +164,7 @@ class LiveKitHandoff:
         self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
         self.livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
+        self.livekit_pending = False  # in `_update_activity`, LiveKit's update_agent not started yet
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -304,15 +306,22 @@ class LiveKitHandoff:
             self._linked.append(phase)
 
     # --- LiveKit's own spans of it (1.8.2+) ---------------------------------------------------
+    def _livekit_session_span(self) -> Any:
+        root = getattr(self._session(), "_root_span_context", None)
+        return span_in(root) if root is not None else None
+
+    def livekit_records(self) -> bool:
+        """Do LiveKit's own spans of this session record (its session span does)?"""
+        theirs = self._livekit_session_span()
+        return theirs is not None and theirs.is_recording()
+
     def parent_of_livekit_spans(self) -> otel_context.Context | None:
         """LiveKit starts its ``update_agent``: where LiveKit's spans go where ours go, our span
         starts now (with the handoff's start time) to be its parent, and that context is
         returned. None, and LiveKit's spans left where they are, where LiveKit's telemetry is
         off (its session span does not record) or on another provider (LiveKit Cloud's own,
         say): there its tree would lose a parent, and ours stays whole."""
-        session = self._session()
-        root = getattr(session, "_root_span_context", None)
-        theirs = span_in(root) if root is not None else None
+        theirs = self._livekit_session_span()
         if theirs is None or not theirs.is_recording():
             return None
         record = self.record

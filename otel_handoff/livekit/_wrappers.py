@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
@@ -69,6 +70,8 @@ class LiveKitTelemetry(HandoffTelemetry):
     conversation_ids: weakref.WeakKeyDictionary[Any, str | None] = field(
         default_factory=weakref.WeakKeyDictionary
     )
+    # LiveKit's tracer seen while a handoff waits for its update_agent span (1.8.2+), else None
+    update_agent_hook: UpdateAgentSpanHook | None = None
 
     def next_sequence(self, session: Any) -> int:
         value = self.sequences.get(session, 0) + 1
@@ -318,6 +321,12 @@ async def wrap_update_activity(
         handoff = None
     if handoff is None:
         return await wrapped(*args, **kwargs)
+    hook = telemetry.update_agent_hook
+    if hook is not None:
+        try:
+            hook.wait_for(handoff)
+        except Exception as exc:
+            report("update_agent span", exc)
     token = CURRENT_HANDOFF.set(handoff)
     try:
         result = await wrapped(*args, **kwargs)
@@ -328,6 +337,8 @@ async def wrap_update_activity(
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
+        if handoff.livekit_pending:  # LiveKit started no update_agent span (closing, or no old agent)
+            guard("update_agent span", hook.release, handoff)
     try:
         if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
             handoff.finish()
@@ -446,24 +457,74 @@ def _on_enter_gone(handoff: LiveKitHandoff, watched: Any) -> None:
 _UPDATE_AGENT_ARGS = (UPDATE_AGENT_SPAN,)  # how `_update_activity` calls `tracer.start_span`
 
 
-def wrap_livekit_start_span(
-    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
-) -> Any:
-    """LiveKit's tracer starting a span: its ``update_agent`` of a handoff of ours goes under that
-    handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
+class UpdateAgentSpanHook:
+    """LiveKit's tracer, seen only while a handoff of ours waits for its ``update_agent`` span.
+
+    `_update_activity` starts that span with the ``start_span`` of its module's tracer, which starts
+    every span of every turn too: wrapped on the class, each of them would pass through us between
+    handoffs. Instead a ``start_span`` of ours shadows the method on that one tracer object while a
+    handoff whose LiveKit spans record is in `_update_activity` and has not seen its span, and is
+    gone again when none is (sessions in threads share the tracer: the count is locked).
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._closed = False
+        self._start_span = functools.partial(start_livekit_span, self)
+
+    def wait_for(self, handoff: LiveKitHandoff) -> None:
+        """The handoff entered `_update_activity`: see the span LiveKit starts for it."""
+        if not handoff.livekit_records():
+            return  # LiveKit's telemetry is off: no tree to make, nothing to see
+        with self._lock:
+            if self._closed:
+                return
+            handoff.livekit_pending = True
+            self._waiting += 1
+            if self._waiting == 1:
+                vars(self._tracer)["start_span"] = self._start_span
+
+    def release(self, handoff: LiveKitHandoff) -> None:
+        """Its span started, or `_update_activity` is over without one."""
+        handoff.livekit_pending = False
+        with self._lock:
+            if self._closed:
+                return
+            self._waiting -= 1
+            if self._waiting == 0:
+                vars(self._tracer).pop("start_span", None)
+
+    def close(self) -> None:
+        """uninstrument(): the tracer as it was, whatever is in flight."""
+        with self._lock:
+            self._closed = True
+            self._waiting = 0
+            vars(self._tracer).pop("start_span", None)
+
+    def original(self, *args: Any, **kwargs: Any) -> Any:
+        """The tracer's own ``start_span``, as its class has it now (another's wrapper included)."""
+        return type(self._tracer).start_span(self._tracer, *args, **kwargs)
+
+
+def start_livekit_span(hook: UpdateAgentSpanHook, *args: Any, **kwargs: Any) -> Any:
+    """LiveKit's tracer starting a span while a handoff waits: its ``update_agent`` of a handoff of
+    ours goes under that handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
     if args != _UPDATE_AGENT_ARGS or "context" in kwargs:
-        return wrapped(*args, **kwargs)  # every other span LiveKit starts: one comparison
+        return hook.original(*args, **kwargs)  # any other span LiveKit starts meanwhile
     handoff = CURRENT_HANDOFF.get()
-    if handoff is None or handoff.ended or handoff.started_phases:
-        return wrapped(*args, **kwargs)  # not in a handoff of ours, or not its update_agent
+    if handoff is None or not handoff.livekit_pending:
+        return hook.original(*args, **kwargs)  # another session's, or a handoff not ours
     try:
+        hook.release(handoff)
         parent = handoff.parent_of_livekit_spans()
     except Exception as exc:
         report("update_agent span", exc)
         parent = None
     if parent is None:
-        return wrapped(*args, **kwargs)
-    span = wrapped(*args, context=parent, **kwargs)
+        return hook.original(*args, **kwargs)
+    span = hook.original(*args, context=parent, **kwargs)
     guard("update_agent span", handoff.livekit_spans_started, span)
     return span
 
@@ -611,7 +672,9 @@ def wrap_update_agent_state(
     telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = wrapped(*args, **kwargs)
-    if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech:
+    # every state change of every turn passes here: the weak dictionary's own dict tested in C, not
+    # its `__len__` in Python (an entry whose session is gone only sends us to find nothing)
+    if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech.data:
         guard("first speech", _note_first_speech, telemetry, instance, kwargs.get("start_time"))
     return result
 
