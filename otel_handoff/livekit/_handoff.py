@@ -42,6 +42,13 @@ def _no_agent() -> None:
     return None
 
 
+def livekit_records(session: Any) -> bool:
+    """Do LiveKit's own spans of ``session`` record (its session span, 1.8.2+, does)?"""
+    root = getattr(session, "_root_span_context", None)
+    theirs = span_in(root) if root is not None else None
+    return theirs is not None and theirs.is_recording()
+
+
 def agent_id(agent: Any) -> str:
     """`Agent.id` (1.3+); releases without it identify agents by label only."""
     return getattr(agent, "id", None) or agent.label
@@ -306,24 +313,16 @@ class LiveKitHandoff:
             self._linked.append(phase)
 
     # --- LiveKit's own spans of it (1.8.2+) ---------------------------------------------------
-    def _livekit_session_span(self) -> Any:
-        root = getattr(self._session(), "_root_span_context", None)
-        return span_in(root) if root is not None else None
-
-    def livekit_records(self) -> bool:
-        """Do LiveKit's own spans of this session record (its session span does)?"""
-        theirs = self._livekit_session_span()
-        return theirs is not None and theirs.is_recording()
-
     def parent_of_livekit_spans(self) -> otel_context.Context | None:
         """LiveKit starts its ``update_agent``: where LiveKit's spans go where ours go, our span
         starts now (with the handoff's start time) to be its parent, and that context is
         returned. None, and LiveKit's spans left where they are, where LiveKit's telemetry is
         off (its session span does not record) or on another provider (LiveKit Cloud's own,
         say): there its tree would lose a parent, and ours stays whole."""
-        theirs = self._livekit_session_span()
-        if theirs is None or not theirs.is_recording():
+        session = self._session()
+        if not livekit_records(session):
             return None
+        theirs = span_in(session._root_span_context)
         record = self.record
         parent = record.parent if record.parent is not None else otel_context.get_current()
         record.opened = opened = crossing.open_handoff(self.telemetry, record.start_ns, parent)
@@ -470,24 +469,15 @@ class LiveKitHandoff:
         attributes[sc.STT_REUSED] = stt
         attributes[sc.REALTIME_SESSION_REUSED] = realtime_session
         attributes[sc.TURN_DETECTOR_REUSED] = turn_detector
-        attributes.update(self._reuse_blockers())
-
-    def _reuse_blockers(self) -> dict[str, list[str]]:
-        """The reasons arrays, consistent with what actually moved to the new activity."""
+        # the reasons arrays, consistent with what actually moved to the new activity
         if not self.telemetry.features.reuse:
-            return {
-                sc.STT_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-                sc.REALTIME_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-            }
-        found: dict[str, list[str]] = {}
-        stt_reused, realtime_reused = self.reused.stt, self.reused.realtime_session
-        for key, reasons, reused in (
-            (sc.STT_REUSE_BLOCKED_BY, self.stt_blocked, stt_reused),
-            (sc.REALTIME_REUSE_BLOCKED_BY, self.realtime_blocked, realtime_reused),
-        ):
-            if reasons is not None:  # None: the handoff never got as far as deciding
-                found[key] = [] if reused else reasons
-        return found
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            return
+        if self.stt_blocked is not None:  # None: the handoff never got as far as deciding
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [] if stt else self.stt_blocked
+        if self.realtime_blocked is not None:
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [] if realtime_session else self.realtime_blocked
 
     def _current_agent(self) -> tuple[str, str]:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""
