@@ -196,7 +196,7 @@ async def test_span_ends_even_when_summarizing_fails(
     def broken(self: Any) -> None:
         raise KeyError("a field a future release dropped")
 
-    monkeypatch.setattr(LiveKitHandoff, "_reuse_blockers", broken)
+    monkeypatch.setattr(LiveKitHandoff, "_summarize", broken)
     session = AgentSession(llm=ScriptedLLM())
     await session.start(agent=Triage())
     session.update_agent(Billing())

@@ -42,6 +42,13 @@ def _no_agent() -> None:
     return None
 
 
+def livekit_records(session: Any) -> bool:
+    """Do LiveKit's own spans of ``session`` record (its session span, 1.8.2+, does)?"""
+    root = getattr(session, "_root_span_context", None)
+    theirs = span_in(root) if root is not None else None
+    return theirs is not None and theirs.is_recording()
+
+
 def agent_id(agent: Any) -> str:
     """`Agent.id` (1.3+); releases without it identify agents by label only."""
     return getattr(agent, "id", None) or agent.label
@@ -111,6 +118,7 @@ class LiveKitHandoff:
         "from_agent",
         "left_ns",
         "livekit_open",
+        "livekit_pending",
         "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
@@ -171,6 +179,7 @@ class LiveKitHandoff:
         self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
         self.livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
+        self.livekit_pending = False  # in `_update_activity`, LiveKit's update_agent not started yet
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -335,10 +344,9 @@ class LiveKitHandoff:
         off (its session span does not record) or on another provider (LiveKit Cloud's own,
         say): there its tree would lose a parent, and ours stays whole."""
         session = self._session()
-        root = getattr(session, "_root_span_context", None)
-        theirs = span_in(root) if root is not None else None
-        if theirs is None or not theirs.is_recording():
+        if not livekit_records(session):
             return None
+        theirs = span_in(session._root_span_context)
         record = self.record
         parent = record.parent if record.parent is not None else otel_context.get_current()
         record.opened = opened = crossing.open_handoff(self.telemetry, record.start_ns, parent)
@@ -487,24 +495,15 @@ class LiveKitHandoff:
         attributes[sc.STT_REUSED] = stt
         attributes[sc.REALTIME_SESSION_REUSED] = realtime_session
         attributes[sc.TURN_DETECTOR_REUSED] = turn_detector
-        attributes.update(self._reuse_blockers())
-
-    def _reuse_blockers(self) -> dict[str, list[str]]:
-        """The reasons arrays, consistent with what actually moved to the new activity."""
+        # the reasons arrays, consistent with what actually moved to the new activity
         if not self.telemetry.features.reuse:
-            return {
-                sc.STT_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-                sc.REALTIME_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-            }
-        found: dict[str, list[str]] = {}
-        stt_reused, realtime_reused = self.reused.stt, self.reused.realtime_session
-        for key, reasons, reused in (
-            (sc.STT_REUSE_BLOCKED_BY, self.stt_blocked, stt_reused),
-            (sc.REALTIME_REUSE_BLOCKED_BY, self.realtime_blocked, realtime_reused),
-        ):
-            if reasons is not None:  # None: the handoff never got as far as deciding
-                found[key] = [] if reused else reasons
-        return found
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            return
+        if self.stt_blocked is not None:  # None: the handoff never got as far as deciding
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [] if stt else self.stt_blocked
+        if self.realtime_blocked is not None:
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [] if realtime_session else self.realtime_blocked
 
     def _current_agent(self) -> tuple[str, str]:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""
