@@ -90,7 +90,8 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
       extra=(httpx opentelemetry-distro "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
     # the real call (tests/test_pipecat_call.py) needs Jaeger and a WebRTC caller: the main suite runs it
-    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v test_pipecat_call.py)); extra=(redis) ;;  # ~500 MB each: pip's cache serves the second; redis: RedisBus
+    # ~500 MB each: pip's cache serves the second; redis: RedisBus; fastapi, uvicorn: the websocket proxy's server end
+    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v test_pipecat_call.py)); extra=(redis fastapi uvicorn) ;;
     # openinference replaces the SDK's trace processors: ours must survive it on every release
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
