@@ -189,3 +189,20 @@ async def test_a_frame_awaited_leaves_the_apps_handler_and_filter_as_they_were()
     assert beside.listening and len(handlers) == 2
     beside.stop()
     assert handlers == [apps] and worker.reached_downstream_types == (LLMTextFrame,)
+
+
+def test_finding_a_tts_imports_no_module_the_app_did_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipecat's TTS module warns of a deprecated class as it is imported: an app without a TTS
+    never imports it, and neither do we."""
+    import sys
+
+    from pipecat.processors.frame_processor import FrameProcessor
+
+    from otel_handoff.pipecat import _workers
+
+    class Plain(FrameProcessor):
+        pass
+
+    monkeypatch.delitem(sys.modules, "pipecat.services.tts_service")
+    assert not _workers._kind(Plain) & _workers._TTS
+    assert "pipecat.services.tts_service" not in sys.modules

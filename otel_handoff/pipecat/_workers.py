@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import sys
 import time
 import weakref
 from contextvars import ContextVar
@@ -752,11 +753,13 @@ def _kind(cls: type) -> int:
     from pipecat.bus.bridge_processor import BusBridgeProcessor
     from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
     from pipecat.processors.frame_processor import FrameProcessor
-    from pipecat.services.tts_service import TTSService
 
+    # not imported where the app has not: its import warns of a deprecated class it defines, and a
+    # class can only be a TTS service once that module is loaded
+    tts = getattr(sys.modules.get("pipecat.services.tts_service"), "TTSService", None)
     kind = 0
     if issubclass(cls, FrameProcessor):
-        if issubclass(cls, TTSService):
+        if tts is not None and issubclass(cls, tts):
             kind |= _TTS
         if issubclass(cls, LLMAssistantAggregator):
             kind |= _AGGREGATOR
