@@ -109,14 +109,7 @@ async def _converse(progress: Progress, port: int, stops: list[int]) -> pw.Playi
     running = asyncio.create_task(runner.run())
     try:
         await asyncio.wait_for(billing_ready.wait(), RUN_TIMEOUT)
-        for text in ("hi", "billing please"):
-            spoken = output.seen.count("TTSStoppedFrame")
-            await pw.user_says(session, text)
-            await progress.until(lambda s=spoken: output.seen.count("TTSStoppedFrame") > s, "nobody answered")
-            await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
-        # billing answers from the other bus, its audio back through the proxy
-        await progress.until(lambda: output.seen.count("TTSStoppedFrame") >= 3, "billing never answered")
-        await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
+        await pw.ask_for_billing(session, output, progress)
     finally:
         await session.queue_frame(EndFrame())
         await runner.end()  # the proxy's client closes the websocket: the server's runner ends too

@@ -51,14 +51,7 @@ async def front(bus: RedisBus) -> None:
     await triage.watch_workers("billing")  # known once the runners have swapped registries
     running = asyncio.create_task(runner.run())
     await asyncio.wait_for(billing_ready.wait(), RUN_TIMEOUT)
-    for text in ("hi", "billing please"):
-        spoken = output.seen.count("TTSStoppedFrame")
-        await pw.user_says(session, text)
-        await progress.until(lambda s=spoken: output.seen.count("TTSStoppedFrame") > s, "nobody answered")
-        await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
-    # billing answers from the other process once the handover's drain is over
-    await progress.until(lambda: output.seen.count("TTSStoppedFrame") >= 3, "billing never answered")
-    await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
+    await pw.ask_for_billing(session, output, progress)
     print("billing answered", flush=True)
     await bus.send(BusEndMessage(source="app", reason="done"))  # both runners end
     await asyncio.wait_for(running, RUN_TIMEOUT)

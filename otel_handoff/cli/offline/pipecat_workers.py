@@ -202,6 +202,18 @@ async def user_says(session: PipelineWorker, text: str) -> None:
     )
 
 
+async def ask_for_billing(session: PipelineWorker, output: PlayingOutput, progress: Progress) -> None:
+    """A caller's greeting, then their ask for billing, each answered; done once billing, served on
+    another bus (another process, or behind a proxy), has answered and the bot is quiet again."""
+    for text in ("hi", "billing please"):
+        spoken = output.seen.count("TTSStoppedFrame")
+        await user_says(session, text)
+        await progress.until(lambda s=spoken: output.seen.count("TTSStoppedFrame") > s, "nobody answered")
+        await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
+    await progress.until(lambda: output.seen.count("TTSStoppedFrame") >= 3, "billing never answered")
+    await progress.until(lambda: not output.speaking, "the bot never stopped speaking")
+
+
 async def run_workers(
     agents: dict[str, Sequence[Any]],
     says: Sequence[str],
