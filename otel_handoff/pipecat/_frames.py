@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.faults import guard
+from ._output import Held, hold
 
 DOWNSTREAM = ("on_frame_reached_downstream", "reached_downstream_types", "set_reached_downstream_filter")
 UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_upstream_filter")
@@ -25,7 +26,17 @@ UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_
 class FrameAwaited:
     """The first frame of ``types`` at one edge of ``worker``: ``arrived(now_ns, frame)`` once."""
 
-    __slots__ = ("_added", "_event", "_handler", "_set_filter", "_types", "_worker", "arrived", "listening")
+    __slots__ = (
+        "_added",
+        "_event",
+        "_handler",
+        "_marks",
+        "_set_filter",
+        "_types",
+        "_worker",
+        "arrived",
+        "listening",
+    )
 
     def __init__(
         self,
@@ -33,13 +44,17 @@ class FrameAwaited:
         edge: tuple[str, str, str],
         types: tuple[type, ...],
         arrived: Callable[[int, Any], None],
+        marks: str | None = None,
     ) -> None:
+        """``marks``: while it is awaited, the worker's output transports note that method's run
+        of speech (``_output.SPEECH_STARTED`` or ``SPEECH_STOPPED``)."""
         self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
         self._event, filter_property, self._set_filter = edge
         self._types = types
         self.arrived = arrived
         self.listening = False
         self._added: tuple[type, ...] = ()
+        self._marks: Held | None = None
         current = tuple(getattr(worker, filter_property))
         registered = getattr(worker, "_event_handlers", {}).get(self._event)
         handlers = getattr(registered, "handlers", None)
@@ -60,12 +75,17 @@ class FrameAwaited:
         if self._added:
             getattr(worker, self._set_filter)((*current, *self._added))
         self.listening = True
+        if marks is not None:
+            self._marks = hold(worker, marks)
 
     def stop(self) -> None:
         """Our handler and types off the worker (once)."""
         if not self.listening:
             return
         self.listening = False
+        if self._marks is not None:
+            self._marks.release()
+            self._marks = None
         worker = self._worker()
         if worker is None:
             return

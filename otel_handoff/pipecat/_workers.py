@@ -47,6 +47,7 @@ from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
 from ._downlink import emit_first_speech, speech_started_ns, speech_stopped_ns
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
+from ._output import SPEECH_STARTED, SPEECH_STOPPED
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
 KEY = "otel_handoff"
@@ -356,6 +357,7 @@ def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandof
         DOWNSTREAM,
         (_frames().PipelineFlushFrame,),
         functools.partial(_probe_through, weakref.ref(worker), weakref.ref(session), handoff),
+        marks=SPEECH_STOPPED,
     )
     if through.listening:
         handoff.awaited.append(through)
@@ -382,6 +384,9 @@ def _failed(telemetry: WorkersTelemetry, handoff: WorkerHandoff, exc: BaseExcept
     if handoff.done:
         return
     handoff.done = True
+    for awaited in handoff.awaited:  # the drain's probe
+        awaited.stop()
+    handoff.awaited.clear()
     now = time.time_ns()
     cancelled = isinstance(exc, asyncio.CancelledError)
     handoff.phase(sc.DRAIN if sc.DRAIN not in handoff.phases else sc.PHASE_BUS_CROSSING, now)
@@ -579,6 +584,7 @@ def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHando
             UPSTREAM,
             (frames.BotStartedSpeakingFrame,),
             functools.partial(_first_speech, telemetry, handoff),
+            marks=SPEECH_STARTED,
         )
         if speech.listening:
             earlier = telemetry.speech.get(session)
