@@ -71,14 +71,13 @@ def disable() -> None:
 
 
 class Held:
-    """The media senders of one worker's output transports, shadowed for one method until
-    :meth:`release`."""
+    """The media senders of some output transports, shadowed for one method until :meth:`release`."""
 
     __slots__ = ("_name", "_senders")
 
-    def __init__(self, worker: Any, name: str) -> None:
+    def __init__(self, outputs: tuple[Any, ...], name: str) -> None:
         self._name = name
-        self._senders = [weakref.ref(s) for s in _media_senders(worker)]
+        self._senders = [weakref.ref(s) for s in _media_senders(outputs)]
         for sender in self._senders:
             _hold(sender(), name)
 
@@ -91,22 +90,35 @@ class Held:
                 _release(sender, self._name)
 
 
+# worker -> its output transports (weakly), found once: a pipeline's processors are fixed
+_OUTPUTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
 def hold(worker: Any, name: str) -> Held | None:
-    """Shadow ``name`` on the media senders of ``worker``'s output transports, while held."""
+    """Shadow ``name`` on the media senders of ``worker``'s output transports, while held; None
+    where it has none."""
     if not _enabled or worker is None:
         return None
-    return Held(worker, name)
+    outputs = _OUTPUTS.get(worker)
+    if outputs is None:
+        outputs = _OUTPUTS[worker] = _outputs(worker)
+    return Held(outputs, name) if outputs else None
 
 
-def _media_senders(worker: Any) -> list[Any]:
+def _outputs(worker: Any) -> tuple[Any, ...]:
     output = getattr(sys.modules.get(_OUTPUT), "BaseOutputTransport", None)
-    if output is None:  # no transport was ever imported: no sender exists
-        return []
+    if output is None:  # no transport was ever imported
+        return ()
+    return tuple(
+        weakref.ref(p) for p in processors(getattr(worker, "pipeline", None)) if isinstance(p, output)
+    )
+
+
+def _media_senders(outputs: tuple[Any, ...]) -> list[Any]:
     found = []
-    for processor in processors(getattr(worker, "pipeline", None)):
-        if isinstance(processor, output):
-            senders = getattr(processor, "_media_senders", None)
-            found += list(senders.values()) if isinstance(senders, dict) else []
+    for ref in outputs:
+        senders = getattr(ref(), "_media_senders", None)
+        found += list(senders.values()) if isinstance(senders, dict) else []
     return found
 
 

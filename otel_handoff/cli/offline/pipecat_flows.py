@@ -177,15 +177,20 @@ class SilentTTS(TTSService):
 
 class NullTransportOutput(BaseOutputTransport):
     """A transport's output that writes its audio nowhere: Pipecat's own media sender (the audio
-    cut into 40 ms chunks, the bot speaking frames, the audio task), no device or network."""
+    cut into 40 ms chunks, the bot speaking frames, the audio task), no device or network.
+    ``speaking_frames=False``: no ``BotSpeakingFrame``, which the sender sends every 0.2 s of wall
+    time while the bot speaks (work per chunk counted with it would count how fast the machine ran)."""
 
-    def __init__(self) -> None:
+    def __init__(self, speaking_frames: bool = True) -> None:
         super().__init__(TransportParams(audio_out_enabled=True, audio_out_sample_rate=SAMPLE_RATE))
         self.written = 0  # audio chunks written
+        self._speaking_frames = speaking_frames
 
     async def start(self, frame: StartFrame) -> None:
         await super().start(frame)
         await self.set_transport_ready(frame)
+        if not self._speaking_frames:
+            self._media_senders[None]._bot_speaking_frame_period = float("inf")
 
     async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
         self.written += 1
