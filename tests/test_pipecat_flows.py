@@ -754,6 +754,8 @@ def test_a_sender_waited_on_twice_is_ours_until_both_waits_end_and_never_after_u
     )
     transport._media_senders[None] = sender
     worker = PipelineWorker(Pipeline([transport]))
+    assert _output.hold(worker, _output.SPEECH_STARTED) is None  # its transport was never ready
+    _output._ready(transport)  # as our set_transport_ready wrapper notes it
     names = {_output.SPEECH_STARTED, _output.SPEECH_STOPPED}
     first, second = _output.hold(worker, _output.SPEECH_STARTED), _output.hold(worker, _output.SPEECH_STARTED)
     assert names & set(vars(sender)) == {_output.SPEECH_STARTED}

@@ -47,7 +47,7 @@ _TYPES = "pipecat.flows.types"
 __all__ = ["PipecatFlowsHandoffInstrumentor", "PipecatHandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: Any) -> list[WrapPoint]:
+def _wrap_points(telemetry: Any, marks: bool) -> list[WrapPoint]:
     from . import _wrappers as w
 
     with_telemetry = functools.partial
@@ -56,8 +56,11 @@ def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     helper = (
         [(_MANAGER, "warn_deprecated", attributed_warn_helper)] if hasattr(manager, "warn_deprecated") else []
     )
+    # the output transports whose media senders a handoff may wait on (once a transport's start)
+    output = [(_output.OUTPUT, f"BaseOutputTransport.{_output.READY}", _output.wrap_transport_ready)]
     return [
         *helper,
+        *(output if marks else []),
         (_MANAGER, "FlowManager.__init__", with_telemetry(w.wrap_init, telemetry)),
         (
             _MANAGER,
@@ -111,7 +114,7 @@ class _Flows(HandoffInstrumentor):
 
     def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
         self.marks = _output.available()  # the output's runs of speech, while a handoff waits for them
-        return _wrap_points(telemetry)
+        return _wrap_points(telemetry, self.marks)
 
     def after_instrument(self, telemetry: Any) -> None:
         _output.enable(self.marks)

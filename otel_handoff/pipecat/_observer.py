@@ -96,7 +96,7 @@ class WorkerWatch:
         self._listening = False  # our source handler
         self._filtered = False  # we added BotStartedSpeakingFrame to the source's filter
         self._observer_always = False
-        self._marks: Held | None = None  # the output's start of speech, while awaited
+        self.marks: Held | None = None  # the output's start of speech, while awaited
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -129,8 +129,8 @@ class WorkerWatch:
     def await_speech(self) -> None:
         """A transition ended: watch for the bot's speech in the new node."""
         worker = self._worker()
-        if worker is not None and self._marks is None:
-            self._marks = hold(worker, SPEECH_STARTED)
+        if self.marks is None and worker is not None:
+            self.marks = hold(worker, SPEECH_STARTED)
         if worker is None or self._observer_always or self._listening or self._attached:
             return
         if self._source_only_ours(worker):
@@ -145,7 +145,8 @@ class WorkerWatch:
 
     def speech_seen(self) -> None:
         """No transition awaits speech any more: nothing of ours watches the frames."""
-        self.release_marks()
+        if self.marks is not None:
+            self.release_marks()
         worker = self._worker()
         if self._listening and worker is not None:
             self._stop_listening(worker)
@@ -166,7 +167,7 @@ class WorkerWatch:
 
     def release_marks(self) -> None:
         """The output's media senders as they were (no speech awaited, or the flow ended)."""
-        marks, self._marks = self._marks, None
+        marks, self.marks = self.marks, None
         if marks is not None:
             marks.release()
 

@@ -9,7 +9,9 @@ and only then, each media sender of the waiting worker's output transports gets 
 shadowed on the instance (an attribute of its own, calling the class's method, or the app's own
 attribute it replaced); when the last wait on it ends the attribute goes (the app's comes back),
 and at ``uninstrument()`` every one goes. A sender made after the wait began (a destination added
-then) is not seen: that handoff ends where the frame saying so is seen instead.
+then), or by a transport started before ``instrument()``, is not seen: that handoff ends where the
+frame saying so is seen instead. Which transports have senders is noted once a transport's start
+(``set_transport_ready``), so where none has, a handoff does not look for them.
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import weakref
 from typing import Any
 
 from ..core.faults import guard
-from ._downlink import note_speech_started, note_speech_stopped, processors
+from ._downlink import note_speech_started, note_speech_stopped
 
 SPEECH_STARTED = "_bot_started_speaking"
 SPEECH_STOPPED = "_bot_stopped_speaking"
-_OUTPUT = "pipecat.transports.base_output"
+READY = "set_transport_ready"
+OUTPUT = "pipecat.transports.base_output"
 
 _enabled = False  # at instrument(): the release's media sender has both methods
 
@@ -49,9 +52,29 @@ _SHADOWS: weakref.WeakKeyDictionary[Any, dict[str, _Shadow]] = weakref.WeakKeyDi
 
 
 def available() -> bool:
-    """Has the release's media sender both methods? (Checked at ``instrument()``.)"""
-    sender = getattr(importlib.import_module(_OUTPUT).BaseOutputTransport, "MediaSender", None)
-    return all(callable(getattr(sender, name, None)) for name in (SPEECH_STARTED, SPEECH_STOPPED))
+    """Has the release's media sender both methods, made when its transport is ready? (Checked at
+    ``instrument()``.)"""
+    output = importlib.import_module(OUTPUT).BaseOutputTransport
+    sender = getattr(output, "MediaSender", None)
+    names = (SPEECH_STARTED, SPEECH_STOPPED)
+    return callable(getattr(output, READY, None)) and all(callable(getattr(sender, n, None)) for n in names)
+
+
+# id() -> output transport whose media senders exist (set up in ``set_transport_ready``), weakly:
+# with none, a handoff has no sender to look for, and looks for none (a plain dict: its test is free)
+_READY: dict[int, weakref.ref[Any]] = {}
+
+
+async def wrap_transport_ready(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``BaseOutputTransport.set_transport_ready``: once a transport's start, never per frame."""
+    result = await wrapped(*args, **kwargs)
+    guard("set_transport_ready", _ready, instance)
+    return result
+
+
+def _ready(transport: Any) -> None:
+    key = id(transport)
+    _READY[key] = weakref.ref(transport, lambda _: _READY.pop(key, None))
 
 
 def enable(marks: bool) -> None:
@@ -97,21 +120,29 @@ _OUTPUTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDicti
 def hold(worker: Any, name: str) -> Held | None:
     """Shadow ``name`` on the media senders of ``worker``'s output transports, while held; None
     where it has none."""
-    if not _enabled or worker is None:
+    if not _enabled or worker is None or not _READY:
         return None
     outputs = _OUTPUTS.get(worker)
     if outputs is None:
-        outputs = _OUTPUTS[worker] = _outputs(worker)
+        outputs = _outputs(worker)
+        if outputs:  # (none yet: its transport may not be ready yet)
+            _OUTPUTS[worker] = outputs
     return Held(outputs, name) if outputs else None
 
 
 def _outputs(worker: Any) -> tuple[Any, ...]:
-    output = getattr(sys.modules.get(_OUTPUT), "BaseOutputTransport", None)
-    if output is None:  # no transport was ever imported
-        return ()
-    return tuple(
-        weakref.ref(p) for p in processors(getattr(worker, "pipeline", None)) if isinstance(p, output)
-    )
+    """The worker's output transports, weakly: one pass over its pipeline, nested ones included
+    (a stack, no generator per level)."""
+    output = getattr(sys.modules.get(OUTPUT), "BaseOutputTransport", None)
+    found: list[Any] = []
+    stack = [getattr(worker, "pipeline", None)] if output is not None else []
+    while stack and len(found) < 64:
+        processor = stack.pop()
+        if isinstance(processor, output):
+            found.append(weakref.ref(processor))
+        elif processor is not None:
+            stack.extend(getattr(processor, "processors", None) or ())
+    return tuple(found)
 
 
 def _media_senders(outputs: tuple[Any, ...]) -> list[Any]:
