@@ -119,9 +119,13 @@ async def test_update_agent_with_and_without_chat_ctx(instrumented: Spans, given
     attrs = check_schema(handoff)
     assert (attrs[sc.TRIGGER], attrs[sc.OUTCOME]) == ("api", "completed")
     assert child_names(instrumented, handoff) == [
+        sc.SPAN_LOOP_WAIT,
+        sc.SPAN_PREPARE,
         sc.SPAN_DRAIN,
         sc.SPAN_CLOSE,
+        sc.SPAN_SWITCH,
         sc.SPAN_START,
+        sc.SPAN_LOOP_WAIT,
         sc.SPAN_ON_ENTER,
     ]
     assert attrs[sc.REALTIME_SESSION_REUSED] is reused_by_livekit

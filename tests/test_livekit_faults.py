@@ -117,8 +117,21 @@ SCENARIOS: dict[str, tuple[Scenario, Callable[[], Any]]] = {
 }
 
 
+async def cancelled_before_its_first_step(session: AgentSession, notes: list[str]) -> Any:
+    session.update_agent(Billing())
+    task = session._update_activity_atask
+    task.cancel()  # as a loop's shutdown does: the handoff task never runs a step
+    return await outcome(task)
+
+
+# scenarios whose handoff never ran: nothing of it is sent
+NEVER_RAN: dict[str, tuple[Scenario, Callable[[], Any]]] = {
+    "cancelled before its first step": (cancelled_before_its_first_step, Triage),
+}
+
+
 async def observe(name: str) -> dict[str, Any]:
-    scenario, first_agent = SCENARIOS[name]
+    scenario, first_agent = {**SCENARIOS, **NEVER_RAN}[name]
     STARTED_EXIT.clear()
     RELEASE_EXIT.clear()
     notes: list[str] = []
@@ -158,3 +171,16 @@ async def test_fault_outcome_unchanged(
             assert errored
         elif handoff.attributes[sc.OUTCOME] == "completed":
             assert not errored
+
+
+@pytest.mark.parametrize("name", list(NEVER_RAN))
+async def test_a_handoff_that_never_ran_sends_nothing(
+    name: str, plain_and_traced: Any, spans: Spans, open_spans: OpenSpans
+) -> None:
+    """The app sees what it sees without us; no span of the handoff, none left open, and nothing
+    of ours waits on its task (no done callback: its own wrapper sees every task that runs)."""
+    plain, traced = await plain_and_traced(lambda: observe(name))
+    assert traced == plain
+    assert plain["result"] == "CancelledError: "
+    assert spans.handoffs() == []
+    assert not open_spans.ours()

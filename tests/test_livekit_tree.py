@@ -11,23 +11,35 @@ import pytest
 from livekit.agents import AgentSession
 from livekit.agents.telemetry import set_tracer_provider
 from lk_agents import Triage
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider
 from support import Spans
+from test_livekit_handoffs import child_names
 
 from otel_handoff.cli.offline.livekit import ScriptedLLM, settle
 from otel_handoff.cli.waterfall import render_handoffs
 from otel_handoff.core import schema as sc
 from otel_handoff.livekit import LiveKitHandoffInstrumentor
-from otel_handoff.livekit._features import UPDATE_AGENT_SPAN, detect
+from otel_handoff.livekit._features import UPDATE_AGENT_SPAN, detect, session_tracer
 
 FEATURES = detect()
 # our phases that LiveKit's own spans stand for, and what we alone see
 STOOD_FOR = {spec.span for spec in sc.PHASE_REGISTRY if spec.framework_span}
-OURS_ALONE = {sc.SPAN_QUEUE_WAIT, sc.SPAN_LOCK_WAIT, sc.SPAN_CLOSE, sc.SPAN_REALTIME_UPDATE}
-WHOLE = ([sc.SPAN_PAUSE, sc.SPAN_START, sc.SPAN_ON_ENTER], [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_RESUME])
+OURS_ALONE = {
+    sc.SPAN_QUEUE_WAIT,
+    sc.SPAN_LOOP_WAIT,
+    sc.SPAN_LOCK_WAIT,
+    sc.SPAN_PREPARE,
+    sc.SPAN_CLOSE,
+    sc.SPAN_SWITCH,
+    sc.SPAN_REALTIME_UPDATE,
+}
+WHOLE = (
+    [sc.SPAN_PREPARE, sc.SPAN_PAUSE, sc.SPAN_SWITCH, sc.SPAN_START, sc.SPAN_LOOP_WAIT, sc.SPAN_ON_ENTER],
+    [sc.SPAN_PREPARE, sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_SWITCH, sc.SPAN_RESUME],
+)
 
 
 async def enter_and_return() -> None:
@@ -39,10 +51,6 @@ async def enter_and_return() -> None:
         await settle(session)
     finally:
         await session.aclose()
-
-
-def phase_names(spans: Spans, handoff: ReadableSpan) -> list[str]:
-    return [p.name for p in spans.phases(handoff) if p.name != sc.SPAN_LOCK_WAIT]
 
 
 def below(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
@@ -57,7 +65,7 @@ async def test_one_tree_per_handoff(instrumented: Spans) -> None:
     enter, back = instrumented.handoffs()
     everything = instrumented.all()
     # the same phases, with the same seconds, whoever's span shows them
-    assert [phase_names(instrumented, h) for h in (enter, back)] == list(WHOLE)
+    assert [child_names(instrumented, h) for h in (enter, back)] == list(WHOLE)
     waterfall = render_handoffs(everything)
     for handoff in (enter, back):
         for phase in instrumented.phases(handoff):
@@ -86,7 +94,8 @@ async def test_one_tree_per_handoff(instrumented: Spans) -> None:
         assert [s.name for s in below(everything, update)] == theirs
         ours = {s.name for s in below(everything, handoff) if s.name.startswith(sc.SPAN_HANDOFF)}
         assert ours <= OURS_ALONE
-    [start] = [s for s in below(everything, below(everything, enter)[-1]) if s.name == "start_agent_activity"]
+    [update] = [s for s in below(everything, enter) if s.name == UPDATE_AGENT_SPAN]
+    [start] = [s for s in below(everything, update) if s.name == "start_agent_activity"]
     assert [s.name for s in below(everything, start)] == ["setup_toolsets", "on_enter"]
     # nothing sent twice: no phase span of ours that LiveKit's stand for, anywhere
     assert not [s for s in everything if s.name in STOOD_FOR]
@@ -138,3 +147,44 @@ async def test_livekit_spans_elsewhere_keep_both_trees(
     updates = [s for s in livekit_spans if s.name == UPDATE_AGENT_SPAN]
     assert len(updates) == (2 if FEATURES.update_agent_span else 0)
     assert all(s.parent is not None and s.parent.span_id in known for s in updates)
+
+
+class _TracerProbe(SpanProcessor):
+    """Notes, as each span starts, whether a start_span of ours shadows LiveKit's tracer's."""
+
+    def __init__(self, tracer: Any) -> None:
+        self.tracer = tracer
+        self.seen: list[tuple[str, bool]] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.seen.append((span.name, "start_span" in vars(self.tracer)))
+
+
+async def test_livekits_tracer_is_ours_only_while_a_handoff_waits_for_its_span(
+    instrument: Callable[..., Any], livekit_provider: Callable[[Any], None]
+) -> None:
+    """Every span LiveKit starts (each turn's, each handoff's) passes by nothing of ours: its
+    tracer is not wrapped, and only shadowed from a handoff's start to its update_agent span."""
+    if not FEATURES.update_agent_span:
+        pytest.skip("LiveKit's own update_agent span is 1.8.2+")
+    tracer = session_tracer()
+    probe, exporter = _TracerProbe(tracer), InMemorySpanExporter()
+    shared = TracerProvider()
+    shared.add_span_processor(probe)
+    shared.add_span_processor(SimpleSpanProcessor(exporter))
+    livekit_provider(shared)
+    instrumentor = instrument(LiveKitHandoffInstrumentor, tracer_provider=shared)
+    method = type(tracer).start_span
+    assert not hasattr(method, "__wrapped__") and "start_span" not in vars(tracer)
+    await enter_and_return()
+    # shadowed at no span's start (not even update_agent's: ours lets go as it calls LiveKit's) ...
+    assert {name for name, _ in probe.seen} >= {"llm_node", "on_enter", UPDATE_AGENT_SPAN}
+    assert [name for name, ours in probe.seen if ours] == []
+    assert "start_span" not in vars(tracer)
+    # ... yet there at each handoff's update_agent, which it put under the agent_handoff
+    everything = exporter.get_finished_spans()
+    updates = [s for s in everything if s.name == UPDATE_AGENT_SPAN]
+    handoffs = {s.context.span_id for s in everything if s.name == sc.SPAN_HANDOFF}
+    assert len(updates) == 2 and all(s.parent.span_id in handoffs for s in updates)
+    instrumentor.uninstrument()
+    assert type(tracer).start_span is method and "start_span" not in vars(tracer)

@@ -175,7 +175,7 @@ def test_phases_cover_the_handoff(run: Deployment) -> None:
     for call in run.calls:
         span = handoff(call)
         problems += accounting_problems(call.id, span, phases_of(call.spans, span))
-        problems += unnamed_problems(call.id, span)
+        problems += unnamed_problems(call.id, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 

@@ -8,7 +8,8 @@ Usage::
 
 Every handoff (a tool returning an Agent, ``session.update_agent()``, an AgentTask
 starting or handing back) becomes one ``agent_handoff`` span with children for the queue
-wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``. Where
+wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``, and for
+LiveKit's steps between them (the tasks' waits for the loop, prepare, switch). Where
 LiveKit spans the handoff itself (its ``update_agent``, 1.8.2+), ``agent_handoff`` is that span's
 parent and the phases LiveKit's spans show are durations on it, not spans again.
 """
@@ -30,7 +31,6 @@ _GENERATION_MODULE = "livekit.agents.voice.generation"
 _EVENTS_MODULE = "livekit.agents.voice.events"
 _REALTIME_MODULE = "livekit.agents.llm.realtime"
 _STT_MODULE = "livekit.agents.stt.stt"
-_TRACES_MODULE = "livekit.agents.telemetry.traces"
 _PHASE_METHODS = (
     ("drain", sc.DRAIN),
     ("pause", sc.PAUSE),
@@ -88,8 +88,6 @@ def _wrap_points(telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
             ),
             (_STT_MODULE, f"RecognizeStream.{acquired}", bound(_wrappers.wrap_connection_acquired, _its_stt)),
         ]
-    if features.update_agent_span:
-        points.append((_TRACES_MODULE, "_DynamicTracer.start_span", bound(_wrappers.wrap_livekit_start_span)))
     if features.cancel_handoff_hook:
         points.append(
             (
@@ -136,7 +134,10 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
     def make_telemetry(
         self, parts: TelemetryParts, features: _features.LiveKitFeatures
     ) -> _wrappers.LiveKitTelemetry:
-        return _wrappers.LiveKitTelemetry(*parts, features=features)
+        telemetry = _wrappers.LiveKitTelemetry(*parts, features=features)
+        if features.update_agent_span:  # not a wrap point: only while a handoff waits for its span
+            telemetry.update_agent_hook = _wrappers.UpdateAgentSpanHook(_features.session_tracer())
+        return telemetry
 
     def wrap_points(self, telemetry: _wrappers.LiveKitTelemetry) -> list[WrapPoint]:
         return _wrap_points(telemetry)
@@ -147,6 +148,8 @@ class LiveKitHandoffInstrumentor(HandoffInstrumentor):
             logging.getLogger(_LIVEKIT_LOGGER).addFilter(self._rejection_log)
 
     def before_uninstrument(self, telemetry: _wrappers.LiveKitTelemetry) -> None:
+        if telemetry.update_agent_hook is not None:
+            telemetry.update_agent_hook.close()
         if self._rejection_log is not None:
             logging.getLogger(_LIVEKIT_LOGGER).removeFilter(self._rejection_log)
             self._rejection_log = None

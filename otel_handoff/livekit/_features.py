@@ -102,19 +102,29 @@ UPDATE_AGENT_SPAN = "update_agent"  # LiveKit's own span of a handoff (1.8.2+)
 
 def _has_update_agent_span(session_module: Any, session_cls: type) -> bool:
     """Does `_update_activity` start LiveKit's `update_agent` span with the `start_span` of its
-    module's tracer (the `_DynamicTracer` that `livekit.agents.telemetry` exports)?"""
+    module's tracer (the `_DynamicTracer` that `livekit.agents.telemetry` exports), a method that
+    tracer object's own ``start_span`` can shadow while a handoff waits for it?"""
     try:
         from livekit.agents.telemetry import traces
     except ImportError:
         return False
     tracer_class = getattr(traces, "_DynamicTracer", None)
+    tracer = getattr(session_module, "tracer", None)
     update = getattr(session_cls, "_update_activity", None)
     return (
         tracer_class is not None
-        and isinstance(getattr(session_module, "tracer", None), tracer_class)
+        and isinstance(tracer, tracer_class)
+        and "start_span" not in getattr(tracer, "__dict__", {"start_span": None})
         and holds_text(update, UPDATE_AGENT_SPAN)
         and "start_span" in code_names(update)
     )
+
+
+def session_tracer() -> Any:
+    """The tracer object whose ``start_span`` `_update_activity` calls (its module's ``tracer``)."""
+    from livekit.agents.voice import agent_session
+
+    return agent_session.tracer
 
 
 def session_class_name(agent_session: Any) -> str:

@@ -42,6 +42,13 @@ def _no_agent() -> None:
     return None
 
 
+def livekit_records(session: Any) -> bool:
+    """Do LiveKit's own spans of ``session`` record (its session span, 1.8.2+, does)?"""
+    root = getattr(session, "_root_span_context", None)
+    theirs = span_in(root) if root is not None else None
+    return theirs is not None and theirs.is_recording()
+
+
 def agent_id(agent: Any) -> str:
     """`Agent.id` (1.3+); releases without it identify agents by label only."""
     return getattr(agent, "id", None) or agent.label
@@ -107,8 +114,11 @@ class LiveKitHandoff:
         "_session",
         "_to_agent",
         "ended",
+        "entered_ns",
         "from_agent",
+        "left_ns",
         "livekit_open",
+        "livekit_pending",
         "lock_end_ns",
         "lock_wait_ns",
         "new_activity",
@@ -119,6 +129,7 @@ class LiveKitHandoff:
         "realtime_session",
         "record",
         "reused",
+        "started_ns",
         "started_phases",
         "stt_blocked",
         "telemetry",
@@ -149,6 +160,11 @@ class LiveKitHandoff:
         self.lock_wait_ns = 0
         self.lock_end_ns = 0  # the end of the last lock wait
         self.started_phases: set[str] = set()
+        # where the steps between the phases begin: `_update_activity` entered, the old activity
+        # left (its drain, close or pause ended), the new one started or resumed; 0 until then
+        self.entered_ns = 0
+        self.left_ns = 0
+        self.started_ns = 0
         self.previous_activity = previous_activity
         self.new_activity = new_activity
         self.ended = False
@@ -163,6 +179,7 @@ class LiveKitHandoff:
         self._downlink_task: asyncio.Task[None] | None = None  # held while the statistics come
         self.on_enter_pending = False  # the new agent's on_enter was scheduled by its start
         self.livekit_open = False  # LiveKit's update_agent, under our span, has not ended yet
+        self.livekit_pending = False  # in `_update_activity`, LiveKit's update_agent not started yet
         self.record = HandoffRecord(
             start_ns=start_ns,
             end_ns=0,
@@ -202,12 +219,16 @@ class LiveKitHandoff:
         """Is ``activity`` the one this handoff drained or paused?"""
         return self._old_activity is not None and self._old_activity() is activity
 
-    def bind(self, previous_activity: str, new_activity: str) -> None:
-        """`_update_activity` was entered: the queue wait, if any, is over."""
+    def bind(self, previous_activity: str, new_activity: str, *, requested: bool = False) -> None:
+        """`_update_activity` was entered: the queue wait, if any, is over; else, for a handoff
+        ``requested`` through `update_agent()`, its task's wait for the event loop."""
         self.previous_activity = previous_activity
         self.new_activity = new_activity
+        self.entered_ns = now = time.time_ns()
         if self.queued:
-            self.record.phases.append(PhaseRecord(sc.PHASE_QUEUE_WAIT, self.record.start_ns, time.time_ns()))
+            self.record.phases.append(PhaseRecord(sc.PHASE_QUEUE_WAIT, self.record.start_ns, now))
+        elif requested:
+            self.record.phases.append(PhaseRecord(sc.PHASE_LOOP_WAIT, self.record.start_ns, now))
 
     # --- waits and phases ----------------------------------------------------------
     def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
@@ -224,27 +245,36 @@ class LiveKitHandoff:
         """
         if self.ended or phase in self.started_phases:
             return None
+        now = time.time_ns()
         if phase == sc.CLOSE:
             if self._old_activity is None or self._old_activity() is not activity:
                 return None
         elif phase in (sc.START, sc.RESUME):
             if activity.agent is not self._to_agent():
                 return None
+            self._step(sc.PHASE_SWITCH, self.left_ns, now)
         else:  # drain / pause: the activity actually left
             if self._old_activity is not None:
                 return None
             self._old_activity = weakref.ref(activity)
             self.from_agent = (activity.agent.label, agent_id(activity.agent))
+            self._step(sc.PHASE_PREPARE, max(self.entered_ns, self.lock_end_ns), now)
         self.started_phases.add(phase)
         if reuse_resources is None:
-            return PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
+            return PhaseMark(phase, now, self.lock_wait_ns)
         # snapshot now: `_start_session` clears the fields as ownership moves
         reused = Reuse(
             stt=getattr(reuse_resources, "stt_pipeline", None) is not None,
             realtime_session=getattr(reuse_resources, "rt_session", None) is not None,
             turn_detector=getattr(reuse_resources, "turn_detector_stream", None) is not None,
         )
-        return PhaseMark(phase, time.time_ns(), self.lock_wait_ns, reused)
+        return PhaseMark(phase, now, self.lock_wait_ns, reused)
+
+    def _step(self, phase: str, start_ns: int, end_ns: int) -> None:
+        """LiveKit's work between two of the phases above, from where the one before ended (its
+        start unknown: 0, the step is not recorded)."""
+        if start_ns and end_ns > start_ns:
+            self.record.phases.append(PhaseRecord(phase, start_ns, end_ns))
 
     def end_phase(self, mark: PhaseMark, error: BaseException | None) -> None:
         end_ns = time.time_ns()
@@ -255,7 +285,10 @@ class LiveKitHandoff:
         begin = max(start_ns + waited, self.lock_end_ns) if waited else start_ns
         failure = None if error is None else kept_error(error)
         self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, failure))
-        if error is None and phase in (sc.START, sc.RESUME):
+        if phase not in (sc.START, sc.RESUME):
+            self.left_ns = end_ns
+        elif error is None:
+            self.started_ns = end_ns
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
 
@@ -311,10 +344,9 @@ class LiveKitHandoff:
         off (its session span does not record) or on another provider (LiveKit Cloud's own,
         say): there its tree would lose a parent, and ours stays whole."""
         session = self._session()
-        root = getattr(session, "_root_span_context", None)
-        theirs = span_in(root) if root is not None else None
-        if theirs is None or not theirs.is_recording():
+        if not livekit_records(session):
             return None
+        theirs = span_in(session._root_span_context)
         record = self.record
         parent = record.parent if record.parent is not None else otel_context.get_current()
         record.opened = opened = crossing.open_handoff(self.telemetry, record.start_ns, parent)
@@ -373,6 +405,8 @@ class LiveKitHandoff:
         if self._emitted is not None:  # an on_enter the handoff did not wait for
             emit_late_phase(self.telemetry, self._emitted, phase)
             return
+        if self.on_enter_pending:  # the task it runs in waited for the loop since the start ended
+            self._step(sc.PHASE_LOOP_WAIT, self.started_ns, start_ns)
         self.record.phases.append(phase)
         if self.on_enter_pending:
             self.on_enter_pending = False
@@ -461,24 +495,15 @@ class LiveKitHandoff:
         attributes[sc.STT_REUSED] = stt
         attributes[sc.REALTIME_SESSION_REUSED] = realtime_session
         attributes[sc.TURN_DETECTOR_REUSED] = turn_detector
-        attributes.update(self._reuse_blockers())
-
-    def _reuse_blockers(self) -> dict[str, list[str]]:
-        """The reasons arrays, consistent with what actually moved to the new activity."""
+        # the reasons arrays, consistent with what actually moved to the new activity
         if not self.telemetry.features.reuse:
-            return {
-                sc.STT_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-                sc.REALTIME_REUSE_BLOCKED_BY: [sc.BLOCKED_RELEASE],
-            }
-        found: dict[str, list[str]] = {}
-        stt_reused, realtime_reused = self.reused.stt, self.reused.realtime_session
-        for key, reasons, reused in (
-            (sc.STT_REUSE_BLOCKED_BY, self.stt_blocked, stt_reused),
-            (sc.REALTIME_REUSE_BLOCKED_BY, self.realtime_blocked, realtime_reused),
-        ):
-            if reasons is not None:  # None: the handoff never got as far as deciding
-                found[key] = [] if reused else reasons
-        return found
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [sc.BLOCKED_RELEASE]
+            return
+        if self.stt_blocked is not None:  # None: the handoff never got as far as deciding
+            attributes[sc.STT_REUSE_BLOCKED_BY] = [] if stt else self.stt_blocked
+        if self.realtime_blocked is not None:
+            attributes[sc.REALTIME_REUSE_BLOCKED_BY] = [] if realtime_session else self.realtime_blocked
 
     def _current_agent(self) -> tuple[str, str]:
         """The agent in place when nothing was drained or paused (e.g. skipped early)."""

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import threading
 import time
 import weakref
 from collections.abc import Callable, Coroutine
@@ -24,12 +25,13 @@ from opentelemetry.trace import SpanContext
 
 from ..core import delivery
 from ..core import schema as sc
+from ..core.emit import span_in
 from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
 from ..core.spans import HandoffTelemetry
 from ._downlink import published_audio_track
 from ._features import UPDATE_AGENT_SPAN, LiveKitFeatures
-from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause
+from ._handoff import CURRENT_HANDOFF, PENDING_HANDOFF, LiveKitHandoff, ToolCause, livekit_records
 from ._reuse import realtime_blockers, stt_blockers
 
 ON_ENTER_TASK_NAME = "AgentTask_on_enter"
@@ -69,6 +71,8 @@ class LiveKitTelemetry(HandoffTelemetry):
     conversation_ids: weakref.WeakKeyDictionary[Any, str | None] = field(
         default_factory=weakref.WeakKeyDictionary
     )
+    # LiveKit's tracer seen while a handoff waits for its update_agent span (1.8.2+), else None
+    update_agent_hook: UpdateAgentSpanHook | None = None
 
     def next_sequence(self, session: Any) -> int:
         value = self.sequences.get(session, 0) + 1
@@ -94,9 +98,7 @@ class TimedLock(asyncio.Lock):
     handoff's task, is timed. With no handoff (or after ``uninstrument()``) it is a plain lock.
     """
 
-    def __init__(self, kind: str) -> None:
-        super().__init__()
-        self._otel_handoff_kind = kind
+    _otel_handoff_kind = ""  # which lock: a subclass's (no __init__ of ours on each activity's)
 
     def acquire(self) -> Coroutine[Any, Any, bool]:
         if not (self._locked or self._waiters):  # asyncio.Lock's own state, as its locked() reads it
@@ -114,10 +116,18 @@ class TimedLock(asyncio.Lock):
             guard("lock wait", handoff.record_lock_wait, self._otel_handoff_kind, start_ns, time.time_ns())
 
 
+class SessionLock(TimedLock):
+    _otel_handoff_kind = sc.LOCK_SESSION
+
+
+class ActivityLock(TimedLock):
+    _otel_handoff_kind = sc.LOCK_ACTIVITY
+
+
 # --- construction: swap in timed locks ------------------------------------------------------
 def wrap_session_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     wrapped(*args, **kwargs)
-    guard("AgentSession.__init__", _swap_lock, instance, "_activity_lock", sc.LOCK_SESSION)
+    guard("AgentSession.__init__", _swap_lock, instance, "_activity_lock", SessionLock)
 
 
 async def wrap_session_close(
@@ -148,13 +158,16 @@ def _forget_session(telemetry: LiveKitTelemetry, session: Any) -> None:
 
 def wrap_activity_init(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> None:
     wrapped(*args, **kwargs)
-    guard("AgentActivity.__init__", _swap_lock, instance, "_lock", sc.LOCK_ACTIVITY)
+    try:  # every handoff makes an activity
+        _swap_lock(instance, "_lock", ActivityLock)
+    except Exception as exc:
+        report("AgentActivity.__init__", exc)
 
 
-def _swap_lock(instance: Any, attr: str, kind: str) -> None:
+def _swap_lock(instance: Any, attr: str, timed: type[TimedLock]) -> None:
     lock = getattr(instance, attr, None)
     if type(lock) is asyncio.Lock and not lock.locked():
-        setattr(instance, attr, TimedLock(kind))
+        setattr(instance, attr, timed())
 
 
 # --- the request ------------------------------------------------------------------------------
@@ -189,7 +202,7 @@ def wrap_update_agent(
         handoff = None
     if handoff is None:
         return wrapped(*args, **kwargs)
-    token = PENDING_HANDOFF.set(handoff)
+    token = PENDING_HANDOFF.set(handoff)  # the handoff task copies it: `wrap_update_activity_task`
     try:
         return wrapped(*args, **kwargs)
     except BaseException as exc:
@@ -197,10 +210,6 @@ def wrap_update_agent(
         raise
     finally:
         PENDING_HANDOFF.reset(token)
-        try:
-            _watch_handoff_task(instance, handoff)
-        except Exception as exc:
-            report("update_agent", exc)
 
 
 def _request_handoff(
@@ -211,7 +220,8 @@ def _request_handoff(
     agent = args[0] if args else kwargs["agent"]
     previous_task = getattr(session, "_update_activity_atask", None)
     queued = telemetry.features.queue_wait and previous_task is not None and not previous_task.done()
-    tool = telemetry.tool_causes.pop(agent, None)
+    # a tool's agent noted by make_tool_output; the weak dictionary's own dict tested in C first
+    tool = telemetry.tool_causes.pop(agent, None) if telemetry.tool_causes.data else None
     if tool is None:
         trigger = sc.TRIGGER_API
     elif tool.deferred_since_ns is not None:
@@ -258,11 +268,11 @@ def _request_context(session: Any) -> tuple[otel_context.Context, SpanContext | 
     which Jaeger flags: the handoff goes under the session's span instead, linked to that span.
     """
     current = otel_context.get_current()
-    span = trace.get_current_span(current)
+    span = span_in(current)  # None where it holds none
     root = getattr(session, "_root_span_context", None)
-    if not span.get_span_context().is_valid:
+    if span is None or not span.get_span_context().is_valid:
         return (root if root is not None else current), None
-    if root is not None and _is_livekits(span) and span is not trace.get_current_span(root):
+    if root is not None and _is_livekits(span) and span is not span_in(root):
         return root, span.get_span_context()
     return current, None
 
@@ -272,39 +282,23 @@ def _is_livekits(span: Any) -> bool:
     return getattr(scope, "name", None) == LIVEKIT_SCOPE
 
 
-def _watch_handoff_task(session: Any, handoff: LiveKitHandoff) -> None:
-    """End the span even if the handoff task dies before reaching `_update_activity`."""
-    task = getattr(session, "_update_activity_atask", None)
-    if task is None or task.done():
-        handoff.end(sc.OUTCOME_SKIPPED)
-        return
-    task.add_done_callback(functools.partial(_end_with_task, handoff))
-
-
-def _end_with_task(handoff: LiveKitHandoff, task: asyncio.Task[Any]) -> None:
-    """Never reads what the task raised: that would mark it retrieved, and asyncio would not
-    report it to the app (`wrap_update_activity_task` sees it as it passes)."""
-    if handoff.ended:
-        return
-    try:
-        if task.cancelled():
-            handoff.fail(asyncio.CancelledError())
-        else:
-            handoff.end(sc.OUTCOME_SKIPPED)
-    except Exception as exc:
-        report("handoff task", exc)
-
-
 async def wrap_update_activity_task(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """The task `update_agent()` spawned: what it raises before `_update_activity` (a handoff
-    queued behind one that failed) fails its handoff, seen on its way out of the task."""
+    """The task `update_agent()` spawned: a handoff it ends without reaching `_update_activity`
+    (one queued behind a handoff that failed raises) ends with it, seen on its way out of the task
+    (no done callback: asyncio schedules each as a handle of its own, ~110 opcodes a handoff; and
+    reading what a done task raised would mark it retrieved, hiding it from asyncio's report). A
+    task cancelled before its first step never ran the handoff: nothing of it is sent."""
     try:
-        return await wrapped(*args, **kwargs)
+        result = await wrapped(*args, **kwargs)
     except BaseException as exc:
         handoff = PENDING_HANDOFF.get()  # None once `_update_activity` took it
         if handoff is not None and not handoff.ended:
             guard("handoff task", handoff.fail, exc)
         raise
+    handoff = PENDING_HANDOFF.get()
+    if handoff is not None and not handoff.ended:
+        guard("handoff task", handoff.end, sc.OUTCOME_SKIPPED)
+    return result
 
 
 # --- the handoff itself -----------------------------------------------------------------------
@@ -318,6 +312,12 @@ async def wrap_update_activity(
         handoff = None
     if handoff is None:
         return await wrapped(*args, **kwargs)
+    hook = telemetry.update_agent_hook
+    if hook is not None:
+        try:
+            hook.wait_for(handoff, instance)
+        except Exception as exc:
+            report("update_agent span", exc)
     token = CURRENT_HANDOFF.set(handoff)
     try:
         result = await wrapped(*args, **kwargs)
@@ -328,6 +328,8 @@ async def wrap_update_activity(
         raise
     finally:
         CURRENT_HANDOFF.reset(token)
+        if handoff.livekit_pending:  # LiveKit started no update_agent span (closing, or no old agent)
+            guard("update_agent span", hook.release, handoff)
     try:
         if not handoff.ended:  # the start phase ends a completed handoff: nothing left to do then
             handoff.finish()
@@ -347,7 +349,7 @@ def _begin_update_activity(
     if pending is not None:
         PENDING_HANDOFF.set(None)  # tasks spawned from here on must not see it
         if pending.is_for(session) and not pending.ended:
-            pending.bind(previous_activity, new_activity)
+            pending.bind(previous_activity, new_activity, requested=True)
             return pending
     agent = args[0] if args else kwargs["agent"]
     if previous_activity == sc.PAUSE or new_activity == sc.RESUME:
@@ -446,24 +448,74 @@ def _on_enter_gone(handoff: LiveKitHandoff, watched: Any) -> None:
 _UPDATE_AGENT_ARGS = (UPDATE_AGENT_SPAN,)  # how `_update_activity` calls `tracer.start_span`
 
 
-def wrap_livekit_start_span(
-    telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
-) -> Any:
-    """LiveKit's tracer starting a span: its ``update_agent`` of a handoff of ours goes under that
-    handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
+class UpdateAgentSpanHook:
+    """LiveKit's tracer, seen only while a handoff of ours waits for its ``update_agent`` span.
+
+    `_update_activity` starts that span with the ``start_span`` of its module's tracer, which starts
+    every span of every turn too: wrapped on the class, each of them would pass through us between
+    handoffs. Instead a ``start_span`` of ours shadows the method on that one tracer object while a
+    handoff whose LiveKit spans record is in `_update_activity` and has not seen its span, and is
+    gone again when none is (sessions in threads share the tracer: the count is locked).
+    """
+
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+        self._lock = threading.Lock()
+        self._waiting = 0
+        self._closed = False
+        self._start_span = functools.partial(start_livekit_span, self)
+
+    def wait_for(self, handoff: LiveKitHandoff, session: Any) -> None:
+        """The handoff entered `_update_activity`: see the span LiveKit starts for it."""
+        if not livekit_records(session):
+            return  # LiveKit's telemetry is off: no tree to make, nothing to see
+        with self._lock:
+            if self._closed:
+                return
+            handoff.livekit_pending = True
+            self._waiting += 1
+            if self._waiting == 1:
+                vars(self._tracer)["start_span"] = self._start_span
+
+    def release(self, handoff: LiveKitHandoff) -> None:
+        """Its span started, or `_update_activity` is over without one."""
+        handoff.livekit_pending = False
+        with self._lock:
+            if self._closed:
+                return
+            self._waiting -= 1
+            if self._waiting == 0:
+                vars(self._tracer).pop("start_span", None)
+
+    def close(self) -> None:
+        """uninstrument(): the tracer as it was, whatever is in flight."""
+        with self._lock:
+            self._closed = True
+            self._waiting = 0
+            vars(self._tracer).pop("start_span", None)
+
+    def original(self, *args: Any, **kwargs: Any) -> Any:
+        """The tracer's own ``start_span``, as its class has it now (another's wrapper included)."""
+        return type(self._tracer).start_span(self._tracer, *args, **kwargs)
+
+
+def start_livekit_span(hook: UpdateAgentSpanHook, *args: Any, **kwargs: Any) -> Any:
+    """LiveKit's tracer starting a span while a handoff waits: its ``update_agent`` of a handoff of
+    ours goes under that handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
     if args != _UPDATE_AGENT_ARGS or "context" in kwargs:
-        return wrapped(*args, **kwargs)  # every other span LiveKit starts: one comparison
+        return hook.original(*args, **kwargs)  # any other span LiveKit starts meanwhile
     handoff = CURRENT_HANDOFF.get()
-    if handoff is None or handoff.ended or handoff.started_phases:
-        return wrapped(*args, **kwargs)  # not in a handoff of ours, or not its update_agent
+    if handoff is None or not handoff.livekit_pending:
+        return hook.original(*args, **kwargs)  # another session's, or a handoff not ours
     try:
+        hook.release(handoff)
         parent = handoff.parent_of_livekit_spans()
     except Exception as exc:
         report("update_agent span", exc)
         parent = None
     if parent is None:
-        return wrapped(*args, **kwargs)
-    span = wrapped(*args, context=parent, **kwargs)
+        return hook.original(*args, **kwargs)
+    span = hook.original(*args, context=parent, **kwargs)
     guard("update_agent span", handoff.livekit_spans_started, span)
     return span
 
@@ -562,9 +614,12 @@ def _watch_reconnects(telemetry: LiveKitTelemetry, handoff: LiveKitHandoff, acti
     rt_session = getattr(activity, "_rt_session", None)
     if not realtime_reused and rt_session is not None:
         _claim_or_watch(telemetry, handoff, rt_session, sc.RESOURCE_REALTIME_SESSION)
-    if stt_reused or not getattr(activity, "_audio_recognition", None):
+    recognition = getattr(activity, "_audio_recognition", None)
+    # an audio recognition given no STT node (the activity had no STT: text, a realtime model)
+    # opens no stream to reconnect; else the STT, a property that resolves the model: read once
+    if stt_reused or not recognition or getattr(recognition, "_stt", True) is None:
         return
-    stt = activity.stt  # a property that resolves the model: read once, only with audio
+    stt = activity.stt
     if stt is not None:
         _claim_or_watch(telemetry, handoff, stt, sc.RESOURCE_STT)
 
@@ -611,7 +666,9 @@ def wrap_update_agent_state(
     telemetry: LiveKitTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
 ) -> Any:
     result = wrapped(*args, **kwargs)
-    if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech:
+    # every state change of every turn passes here: the weak dictionary's own dict tested in C, not
+    # its `__len__` in Python (an entry whose session is gone only sends us to find nothing)
+    if (args[0] if args else kwargs.get("state")) == "speaking" and telemetry.awaiting_speech.data:
         guard("first speech", _note_first_speech, telemetry, instance, kwargs.get("start_time"))
     return result
 
