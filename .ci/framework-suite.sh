@@ -8,13 +8,22 @@
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
-# FRAMEWORK_SUITE_LOGS=<folder> keeps both runs' full logs there.
+# FRAMEWORK_SUITE_LOGS=<folder> keeps both runs' full logs there. FRAMEWORK_SUITE_TESTS="<paths>" runs
+# those test paths instead of the recipe's; FRAMEWORK_SUITE_REF=<ref> takes the tests from that ref of
+# a recipe's repository instead of the release's tag (where a clone lacks that tag; the tests run
+# are then that ref's, not the release's); FRAMEWORK_SUITE_ARGS="<options>" adds pytest options to
+# both runs (--noconftest where such a ref's conftest needs another release). A run where pytest
+# counted nothing (its conftest failed to import, say) fails rather than ending "alike".
 #
 # Wired up: LangGraph, the OpenAI Agents SDK and Strands Agents (their source releases ship their
 # tests; Pipecat's does not), Microsoft Agent Framework (from its repository's release tag:
 # `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone) and
 # LlamaIndex (llama-index-core's sdist ships no tests: its repository's tag v<release>, the folder
-# llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone). A test that needs a package the recipe leaves out fails to collect both ways alike.
+# llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone)
+# and Pipecat (pipecat-ai's sdist ships no tests: its repository's tag v<release>, the folder tests,
+# run from the repository's root so its pytest settings apply; `bash .ci/framework-suite.sh pipecat 1.7.0`;
+# PIPECAT_GIT names another clone). A test that needs a package the recipe leaves out fails to collect
+# both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -66,10 +75,26 @@ case "$framework" in
     drop_source=llama_index
     pytest_args=(--tb=native --timeout=120)
     ;;
+  pipecat)  # its sdist ships no tests: the release's tag (v<release>) of its repository
+    # the workers' buses (Redis, pgmq, the websocket proxy) and the Flows tests' model services
+    dist=pipecat-ai
+    extras="[anthropic,google,redis,pgmq,websocket,runner]"
+    deps=(pytest pytest-asyncio pytest-aiohttp python-dotenv)
+    instrumentor="otel_handoff.pipecat:PipecatHandoffInstrumentor"
+    git_source="${PIPECAT_GIT:-https://github.com/pipecat-ai/pipecat}"
+    git_tag="v$release"
+    git_folder=tests
+    # from the repository's root: its pyproject's pytest settings (asyncio, warning filters) apply;
+    # its pythonpath "src" is not checked out, so the tests import the installed release
+    run_from_root=1
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 dist="${dist:-$framework}"
 tests=("${tests[@]:-tests/}")
+if [[ -n "${FRAMEWORK_SUITE_TESTS:-}" ]]; then read -r -a tests <<< "$FRAMEWORK_SUITE_TESTS"; fi
+if [[ -n "${FRAMEWORK_SUITE_ARGS:-}" ]]; then read -r -a more <<< "$FRAMEWORK_SUITE_ARGS"; pytest_args+=("${more[@]}"); fi
+git_tag="${FRAMEWORK_SUITE_REF:-${git_tag:-}}"
 
 python3 -m venv "$work/venv"
 if [[ -n "${git_source:-}" ]]; then
@@ -78,11 +103,12 @@ if [[ -n "${git_source:-}" ]]; then
   git -C "$work/src" sparse-checkout set "$git_folder"
   git -C "$work/src" -c advice.detachedHead=false checkout -q "$git_tag"
   source_dir="$work/src/$git_folder"
+  if [[ -n "${run_from_root:-}" ]]; then source_dir="$work/src"; fi
   if [[ $framework == agent-framework ]]; then
     orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
     deps+=("agent-framework-orchestrations==$orchestrations")
   fi
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" install -q "$dist${extras:-}==$release" "${deps[@]}" -e "$repo[$framework]"
   if [[ -n "${drop_source:-}" ]]; then rm -rf "${source_dir:?}/$drop_source"; fi
 else
   "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
@@ -121,6 +147,10 @@ run() {  # $1: plain | traced
 }
 run plain
 run traced
+if [[ ! -s "$work/plain.summary" || ! -s "$work/traced.summary" ]]; then  # pytest never counted: nothing ran
+  echo "framework-suite: $framework $release: no counts (pytest ended before running the tests; see the logs)"
+  exit 1
+fi
 if diff -u "$work/plain.failed" "$work/traced.failed" && diff -u "$work/plain.summary" "$work/traced.summary"; then
   echo "framework-suite: $framework $release ends alike with and without otel-handoff"
 else

@@ -101,7 +101,8 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
     # the real calls (tests/test_pipecat_call.py, test_pipecat_workers_call.py) need Jaeger and a WebRTC
     # caller: the main suite runs them
-    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v -e test_pipecat_call.py -e test_pipecat_workers_call.py)); extra=(redis) ;;  # ~500 MB each: pip's cache serves the second; redis: RedisBus
+    # ~500 MB each: pip's cache serves the second; redis: RedisBus; fastapi, uvicorn: the websocket proxy's server end
+    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v -e test_pipecat_call.py -e test_pipecat_workers_call.py)); extra=(redis fastapi uvicorn) ;;
     # openinference replaces the SDK's trace processors: ours must survive it on every release
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..core.faults import guard
+from ..core.faults import report
 from ._output import Held, hold
 
 DOWNSTREAM = ("on_frame_reached_downstream", "reached_downstream_types", "set_reached_downstream_filter")
@@ -26,17 +26,7 @@ UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_
 class FrameAwaited:
     """The first frame of ``types`` at one edge of ``worker``: ``arrived(now_ns, frame)`` once."""
 
-    __slots__ = (
-        "_added",
-        "_event",
-        "_handler",
-        "_marks",
-        "_set_filter",
-        "_types",
-        "_worker",
-        "arrived",
-        "listening",
-    )
+    __slots__ = ("_added", "_edge", "_handler", "_worker", "arrived", "listening")
 
     def __init__(
         self,
@@ -44,55 +34,71 @@ class FrameAwaited:
         edge: tuple[str, str, str],
         types: tuple[type, ...],
         arrived: Callable[[int, Any], None],
-        marks: str | None = None,
     ) -> None:
-        """``marks``: while it is awaited, the worker's output transports note that method's run
-        of speech (``_output.SPEECH_STARTED`` or ``SPEECH_STOPPED``)."""
-        self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
-        self._event, filter_property, self._set_filter = edge
-        self._types = types
         self.arrived = arrived
         self.listening = False
-        self._added: tuple[type, ...] = ()
-        self._marks: Held | None = None
-        current = tuple(getattr(worker, filter_property))
-        registered = getattr(worker, "_event_handlers", {}).get(self._event)
-        handlers = getattr(registered, "handlers", None)
-        if registered is None or not isinstance(handlers, list):
+        registered = getattr(worker, "_event_handlers", None)
+        handlers = getattr(registered.get(edge[0]) if registered else None, "handlers", None)
+        if handlers.__class__ is not list:
             return  # a worker without the event (or whose handlers we cannot read): we do not guess
-        if handlers and not all(issubclass(t, current) for t in types):
+        current = getattr(worker, edge[1])
+        added = tuple(t for t in types if not issubclass(t, current)) if current else types
+        if handlers and added:
             return  # the app's handler would be handed our frames too
+        self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
+        self._edge = edge
+        self._added = added
 
         async def handler(_: Any, frame: Any) -> None:
-            if self.listening and isinstance(frame, self._types):
+            if self.listening and isinstance(frame, types):
                 now = time.time_ns()
                 self.stop()
-                guard("a frame awaited", self.arrived, now, frame)
+                try:
+                    self.arrived(now, frame)
+                except Exception as exc:
+                    report("a frame awaited", exc)
 
         self._handler = handler
-        self._added = tuple(t for t in types if not issubclass(t, current))
-        worker.add_event_handler(self._event, handler)
-        if self._added:
-            getattr(worker, self._set_filter)((*current, *self._added))
+        worker.add_event_handler(edge[0], handler)
+        if added:
+            getattr(worker, edge[2])((*current, *added))
         self.listening = True
-        if marks is not None:
-            self._marks = hold(worker, marks)
 
     def stop(self) -> None:
         """Our handler and types off the worker (once)."""
         if not self.listening:
             return
         self.listening = False
-        if self._marks is not None:
-            self._marks.release()
-            self._marks = None
         worker = self._worker()
         if worker is None:
             return
-        worker.remove_event_handler(self._event, self._handler)
+        event, filter_property, set_filter = self._edge
+        worker.remove_event_handler(event, self._handler)
         if self._added:
-            filter_property = (
-                "reached_downstream_types" if self._event == DOWNSTREAM[0] else "reached_upstream_types"
-            )
-            kept = [t for t in getattr(worker, filter_property) if t not in self._added]
-            getattr(worker, self._set_filter)(tuple(kept))
+            added = self._added
+            getattr(worker, set_filter)(tuple(t for t in getattr(worker, filter_property) if t not in added))
+
+
+class MarkedFrameAwaited(FrameAwaited):
+    """A :class:`FrameAwaited` while whose wait the worker's output transports note one method's
+    run of speech (``marks``: ``_output.SPEECH_STARTED`` or ``SPEECH_STOPPED``); the others pay
+    nothing for it."""
+
+    __slots__ = ("_marks",)
+
+    def __init__(
+        self,
+        worker: Any,
+        edge: tuple[str, str, str],
+        types: tuple[type, ...],
+        arrived: Callable[[int, Any], None],
+        marks: str,
+    ) -> None:
+        super().__init__(worker, edge, types, arrived)
+        self._marks: Held | None = hold(worker, marks) if self.listening else None
+
+    def stop(self) -> None:
+        marks, self._marks = self._marks, None
+        if marks is not None:
+            marks.release()
+        super().stop()
