@@ -169,10 +169,13 @@ def _paths() -> list[Path_]:
 
         flows = PipecatFlowsHandoffInstrumentor
         frame = "each audio frame (the caller's, through the pipeline)"
+        chunk = "each TTS audio chunk (the bot's, written by a transport output's media sender)"
         found += [
             Path_("pipecat-flows", frame, "no handoff", _pipecat_audio("no handoff"), flows),
             Path_("pipecat-flows", frame, "after a handoff", _pipecat_audio("after a handoff"), flows),
             Path_("pipecat-flows", frame, "awaiting first speech", _pipecat_audio("awaiting"), flows),
+            Path_("pipecat-flows", chunk, "no handoff", _pipecat_speech(False), flows),
+            Path_("pipecat-flows", chunk, "after a handoff", _pipecat_speech(True), flows),
         ]
     except ImportError:
         pass
@@ -424,6 +427,49 @@ def _pipecat_audio(state: str) -> Callable[[int], Awaitable[Any]]:
             spoken = [] if state == "awaiting" else ["Done."]  # awaiting: the new node stays silent
             steps, replies = [pf.user_says("on"), audio(n)], ["Hello.", [("go_next", {})], *spoken]
         await pf.run_flow(greeting(), replies, steps, until=lambda _: output.audio_in >= n, output=output)
+
+    return run
+
+
+def _pipecat_speech(handoff: bool) -> Callable[[int], Awaitable[Any]]:
+    """n chunks of the bot's speech written by Pipecat's own ``BaseOutputTransport`` media sender
+    (a null sink: no device, no network), each starting (or going on with) its run of speech: the
+    greeting's answer, or, after a transition whose new node has spoken, that node's next answer.
+    Without the sender's ``BotSpeakingFrame`` every 0.2 s of wall time, so the count is the same
+    however fast the machine runs."""
+    from pipecat.flows import FlowsFunctionSchema
+
+    from otel_handoff.cli.offline import pipecat_flows as pf
+
+    target = {"name": "next", "task_messages": [{"role": "developer", "content": "Help."}]}
+
+    async def go(args: Any, flow_manager: Any) -> tuple[Any, Any]:
+        return {"status": "ok"}, target
+
+    schema = FlowsFunctionSchema(name="go_next", description="On", properties={}, required=[], handler=go)
+    greeting = {
+        "name": "greeting",
+        "task_messages": [{"role": "developer", "content": "Greet."}],
+        "functions": [schema],
+    }
+
+    async def run(n: int) -> None:
+        answer = "w" * 2 * n  # the scripted TTS makes 20 ms of audio a character: n chunks of 40 ms
+        if handoff:
+            steps, replies = (
+                [pf.user_says("on"), pf.user_says("more")],
+                ["Hi.", [("go_next", {})], "Ok.", answer],
+            )
+        else:
+            steps, replies = [], [answer]
+        await pf.run_flow(
+            greeting,
+            replies,
+            steps,
+            until=lambda flow_manager: not flow_manager._llm.replies,
+            output=pf.SpeakerOutput(speaks=False),
+            transport=pf.NullTransportOutput(speaking_frames=False),
+        )
 
     return run
 

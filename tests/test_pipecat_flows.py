@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import types
 from typing import Any
 
 import pytest
@@ -662,3 +663,107 @@ async def test_a_test_double_worker_gets_nothing_of_ours(
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
     assert [r.getMessage() for r in caplog.records if r.name.startswith("otel_handoff")] == []
     assert worker.add_event_handler.call_count == 0 and worker.add_observer.call_count == 0
+
+
+class _Recording(pf.NullTransportOutput):
+    """Notes, at each write, whether its media sender's start of speech is shadowed (by us)."""
+
+    def __init__(self, app_patch: bool = False) -> None:
+        super().__init__()
+        self.shadowed: list[bool] = []
+        self.app_calls = 0
+        self._app_patch = app_patch
+
+    async def set_transport_ready(self, frame: Any) -> None:
+        await super().set_transport_ready(frame)
+        if self._app_patch:  # the app's own patch of its sender, on the instance
+            sender = self._media_senders[None]
+            theirs = sender._bot_started_speaking
+
+            async def counted() -> None:
+                self.app_calls += 1
+                await theirs()
+
+            sender._bot_started_speaking = counted
+
+    async def write_audio_frame(self, frame: Any) -> bool:
+        from pipecat.frames.frames import TTSAudioRawFrame
+
+        if not isinstance(frame, TTSAudioRawFrame):  # the silence written at the end
+            return await super().write_audio_frame(frame)
+        sender = self._media_senders[None]
+        # ours: a method bound to the sender, on the instance (the app's is a plain function)
+        self.shadowed.append(isinstance(vars(sender).get("_bot_started_speaking"), types.MethodType))
+        return await super().write_audio_frame(frame)
+
+
+@pytest.mark.parametrize("app_patch", [False, True], ids=["plain", "the app's own patch"])
+async def test_a_transports_media_sender_carries_ours_only_while_a_transition_awaits_speech(
+    flows: Spans, app_patch: bool
+) -> None:
+    """The media sender starts a run of speech on every audio chunk it writes: nothing of ours is
+    on it (nor on its class) but from a transition's end until the new node's first speech, which
+    ends at that sender's start of the run; then the sender is as before, the app's patch too."""
+    from pipecat.transports.base_output import BaseOutputTransport
+
+    from otel_handoff.pipecat import _downlink
+
+    sender_class = vars(BaseOutputTransport.MediaSender)
+    assert not any(
+        isinstance(sender_class[n], FunctionWrapper)
+        for n in ("_bot_started_speaking", "_bot_stopped_speaking")
+    )
+    transport = _Recording(app_patch)
+    await tool_transition(output=pf.SpeakerOutput(speaks=False), transport=transport)
+    (handoff,) = handoffs(flows)
+    (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
+    # the greeting's chunks, then the new node's: only its first few while speech was awaited
+    greeting = transport.shadowed.index(True)
+    assert greeting >= 2 and not any(transport.shadowed[:greeting])
+    assert (
+        transport.shadowed[-1] is False
+        and transport.shadowed.count(True) < len(transport.shadowed) - greeting
+    )
+    assert speech.end_time == _downlink._SPEECH_STARTED[transport] > handoff.end_time
+    sender = transport._media_senders[None]
+    assert {"_bot_started_speaking", "_bot_stopped_speaking"} & set(vars(sender)) == (
+        {"_bot_started_speaking"} if app_patch else set()
+    )
+    if app_patch:  # still the app's, and called on every chunk, ours or not
+        assert sender._bot_started_speaking.__name__ == "counted"
+        assert transport.app_calls == len(transport.shadowed)
+
+
+def test_a_sender_waited_on_twice_is_ours_until_both_waits_end_and_never_after_uninstrument(
+    instrument: Any,
+) -> None:
+    from pipecat.pipeline.pipeline import Pipeline
+    from pipecat.pipeline.worker import PipelineWorker
+    from pipecat.transports.base_output import BaseOutputTransport
+
+    from otel_handoff.pipecat import _output
+
+    instrumentor = instrument(PipecatFlowsHandoffInstrumentor)
+    transport = pf.NullTransportOutput()
+    sender = BaseOutputTransport.MediaSender(
+        transport,
+        destination=None,
+        sample_rate=pf.SAMPLE_RATE,
+        audio_chunk_size=640,
+        params=transport._params,
+    )
+    transport._media_senders[None] = sender
+    worker = PipelineWorker(Pipeline([transport]))
+    assert _output.hold(worker, _output.SPEECH_STARTED) is None  # its transport was never ready
+    _output._ready(transport)  # as our set_transport_ready wrapper notes it
+    names = {_output.SPEECH_STARTED, _output.SPEECH_STOPPED}
+    first, second = _output.hold(worker, _output.SPEECH_STARTED), _output.hold(worker, _output.SPEECH_STARTED)
+    assert names & set(vars(sender)) == {_output.SPEECH_STARTED}
+    first.release()
+    first.release()  # once only
+    assert names & set(vars(sender)) == {_output.SPEECH_STARTED}
+    second.release()
+    assert names & set(vars(sender)) == set()
+    _output.hold(worker, _output.SPEECH_STOPPED)
+    instrumentor.uninstrument()
+    assert names & set(vars(sender)) == set() and _output.hold(worker, _output.SPEECH_STARTED) is None

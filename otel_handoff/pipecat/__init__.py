@@ -39,19 +39,15 @@ from ..core.attribution import AttributedWarnings, attributed_warn_helper
 from ..core.faults import guard
 from ..core.instrumentor import HandoffInstrumentor, Installed, TelemetryParts, WrapPoint
 from ..core.spans import end_open_roots
-from . import package
+from . import _output, package
 
 _MANAGER = "pipecat.flows.manager"
 _TYPES = "pipecat.flows.types"
-_OUTPUT = "pipecat.transports.base_output"
-
-_SPEECH = "_bot_started_speaking"
-_SPEECH_STOPPED = "_bot_stopped_speaking"
 
 __all__ = ["PipecatFlowsHandoffInstrumentor", "PipecatHandoffInstrumentor"]
 
 
-def _wrap_points(telemetry: Any) -> list[WrapPoint]:
+def _wrap_points(telemetry: Any, marks: bool) -> list[WrapPoint]:
     from . import _wrappers as w
 
     with_telemetry = functools.partial
@@ -60,16 +56,11 @@ def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     helper = (
         [(_MANAGER, "warn_deprecated", attributed_warn_helper)] if hasattr(manager, "warn_deprecated") else []
     )
-    # when the output transport starts and ends a run of the bot's speech (once a run, never per frame)
-    sender = getattr(importlib.import_module(_OUTPUT).BaseOutputTransport, "MediaSender", None)
-    speech = [
-        (_OUTPUT, f"BaseOutputTransport.MediaSender.{name}", with_telemetry(wrapper, telemetry))
-        for name, wrapper in ((_SPEECH, w.wrap_speech), (_SPEECH_STOPPED, w.wrap_speech_stopped))
-        if callable(getattr(sender, _SPEECH, None)) and callable(getattr(sender, name, None))
-    ]
+    # the output transports whose media senders a handoff may wait on (once a transport's start)
+    output = [(_output.OUTPUT, f"BaseOutputTransport.{_output.READY}", _output.wrap_transport_ready)]
     return [
         *helper,
-        *speech,
+        *(output if marks else []),
         (_MANAGER, "FlowManager.__init__", with_telemetry(w.wrap_init, telemetry)),
         (
             _MANAGER,
@@ -122,9 +113,11 @@ class _Flows(HandoffInstrumentor):
         )
 
     def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
-        return _wrap_points(telemetry)
+        self.marks = _output.available()  # the output's runs of speech, while a handoff waits for them
+        return _wrap_points(telemetry, self.marks)
 
     def after_instrument(self, telemetry: Any) -> None:
+        _output.enable(self.marks)
         manager = importlib.import_module(_MANAGER)
         if getattr(manager, "warnings", None) is warnings:  # Flows' plain warnings.warn calls
             setattr(manager, "warnings", AttributedWarnings())  # noqa: B010 (a module's global)
@@ -135,6 +128,7 @@ class _Flows(HandoffInstrumentor):
             if state.watch is not None:
                 guard("uninstrument()", state.watch.detach)  # observers and handlers off the workers
                 state.watch = None
+        _output.disable()
         manager = sys.modules.get(_MANAGER)
         if isinstance(getattr(manager, "warnings", None), AttributedWarnings):
             setattr(manager, "warnings", warnings)  # noqa: B010 (a module's global)
@@ -197,13 +191,18 @@ class _Workers(HandoffInstrumentor):
         return WorkersTelemetry(*parts)
 
     def wrap_points(self, telemetry: Any) -> list[WrapPoint]:
+        self.marks = _output.available()  # the output's runs of speech, while a handoff waits for them
         return _worker_wrap_points(telemetry)
+
+    def after_instrument(self, telemetry: Any) -> None:
+        _output.enable(self.marks)
 
     def before_uninstrument(self, telemetry: Any) -> None:
         from ._workers import bus_stopped
 
         for bus in list(telemetry.conversations.keys()):
             bus_stopped(telemetry, bus)
+        _output.disable()
         end_open_roots(sc.FRAMEWORK_PIPECAT_WORKERS)
 
 

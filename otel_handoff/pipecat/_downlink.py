@@ -31,8 +31,8 @@ _TRANSPORT = "pipecat.transports.smallwebrtc.transport"
 
 
 # output transport (a processor) -> when its media sender last started (its first write) or ended
-# (its last audio written) a run of the bot's speech: noted by the Flows part's wrappers of
-# ``MediaSender._bot_started_speaking`` and ``_bot_stopped_speaking``, once a run
+# (its last audio written) a run of the bot's speech: noted, once a run, while a handoff waits for
+# it (``_output``: ``MediaSender._bot_started_speaking`` and ``_bot_stopped_speaking`` shadowed)
 _SPEECH_STARTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 _SPEECH_STOPPED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 

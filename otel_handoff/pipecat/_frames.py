@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.faults import report
+from ._output import Held, hold
 
 DOWNSTREAM = ("on_frame_reached_downstream", "reached_downstream_types", "set_reached_downstream_filter")
 UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_upstream_filter")
@@ -76,3 +77,28 @@ class FrameAwaited:
         if self._added:
             added = self._added
             getattr(worker, set_filter)(tuple(t for t in getattr(worker, filter_property) if t not in added))
+
+
+class MarkedFrameAwaited(FrameAwaited):
+    """A :class:`FrameAwaited` while whose wait the worker's output transports note one method's
+    run of speech (``marks``: ``_output.SPEECH_STARTED`` or ``SPEECH_STOPPED``); the others pay
+    nothing for it."""
+
+    __slots__ = ("_marks",)
+
+    def __init__(
+        self,
+        worker: Any,
+        edge: tuple[str, str, str],
+        types: tuple[type, ...],
+        arrived: Callable[[int, Any], None],
+        marks: str,
+    ) -> None:
+        super().__init__(worker, edge, types, arrived)
+        self._marks: Held | None = hold(worker, marks) if self.listening else None
+
+    def stop(self) -> None:
+        marks, self._marks = self._marks, None
+        if marks is not None:
+            marks.release()
+        super().stop()

@@ -31,6 +31,7 @@ from pipecat.observers.base_observer import BaseObserver
 from ..core.faults import guard
 from ..core.shapes import code_names
 from ._downlink import speech_started_ns
+from ._output import SPEECH_STARTED, Held, hold
 from ._transition import FlowState, FlowsTelemetry
 
 _LOG = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class WorkerWatch:
         self._listening = False  # our source handler
         self._filtered = False  # we added BotStartedSpeakingFrame to the source's filter
         self._observer_always = False
+        self.marks: Held | None = None  # the output's start of speech, while awaited
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -127,6 +129,8 @@ class WorkerWatch:
     def await_speech(self) -> None:
         """A transition ended: watch for the bot's speech in the new node."""
         worker = self._worker()
+        if self.marks is None and worker is not None:
+            self.marks = hold(worker, SPEECH_STARTED)
         if worker is None or self._observer_always or self._listening or self._attached:
             return
         if self._source_only_ours(worker):
@@ -141,6 +145,8 @@ class WorkerWatch:
 
     def speech_seen(self) -> None:
         """No transition awaits speech any more: nothing of ours watches the frames."""
+        if self.marks is not None:
+            self.release_marks()
         worker = self._worker()
         if self._listening and worker is not None:
             self._stop_listening(worker)
@@ -149,6 +155,7 @@ class WorkerWatch:
 
     def detach(self) -> None:
         """Take the handlers off now and the observer as soon as its worker's loop allows."""
+        self.release_marks()
         worker = self._worker()
         if worker is None:
             return
@@ -157,6 +164,12 @@ class WorkerWatch:
             self._stop_listening(worker)
         if self._attached:
             self._remove_observer()
+
+    def release_marks(self) -> None:
+        """The output's media senders as they were (no speech awaited, or the flow ended)."""
+        marks, self.marks = self.marks, None
+        if marks is not None:
+            marks.release()
 
     def _first_speech(self) -> _FirstSpeech:
         if self._observer is None:

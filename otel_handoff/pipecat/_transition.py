@@ -138,4 +138,6 @@ class FlowState:
         """The conversation ended (or tracing stopped): nothing stays open or pending."""
         self.drop_pending(now_ns)
         self.awaiting_speech = None
+        if self.watch is not None and self.watch.marks is not None:
+            self.watch.release_marks()
         self.conversation.end(now_ns)

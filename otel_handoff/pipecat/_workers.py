@@ -53,7 +53,8 @@ from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
 from ._downlink import emit_first_speech, speech_started_ns, speech_stopped_ns
-from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
+from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited, MarkedFrameAwaited
+from ._output import SPEECH_STARTED, SPEECH_STOPPED
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
 KEY = "otel_handoff"
@@ -369,11 +370,12 @@ def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandof
     session = shape.session() if shape.session is not None and shape.transport_output else None
     if session is None:
         return
-    through = FrameAwaited(
+    through = MarkedFrameAwaited(
         session,
         DOWNSTREAM,
         (pipecat_frames.PipelineFlushFrame,),
         functools.partial(_probe_through, weakref.ref(worker), weakref.ref(session), handoff),
+        SPEECH_STOPPED,
     )
     if through.listening:
         handoff.awaited.append(through)
@@ -400,6 +402,9 @@ def _failed(telemetry: WorkersTelemetry, handoff: WorkerHandoff, exc: BaseExcept
     if handoff.done:
         return
     handoff.done = True
+    for awaited in handoff.awaited:  # the drain's probe
+        awaited.stop()
+    handoff.awaited.clear()
     now = time.time_ns()
     cancelled = isinstance(exc, asyncio.CancelledError)
     handoff.phase(sc.DRAIN if sc.DRAIN not in handoff.phases else sc.PHASE_BUS_CROSSING, now)
@@ -613,11 +618,12 @@ def _await_output(
     # the old audio still plays (before 1.13) the new follows it in one run of speech, unmarked
     session = shape.session() if shape.session is not None else None
     if session is not None and quiet:
-        speech = FrameAwaited(
+        speech = MarkedFrameAwaited(
             session,
             UPSTREAM,
             _SPEECH_STARTED,
             functools.partial(_first_speech, telemetry, handoff),
+            SPEECH_STARTED,
         )
         if speech.listening:
             earlier = telemetry.speech.get(session)

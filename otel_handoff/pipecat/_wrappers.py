@@ -27,7 +27,6 @@ from pipecat.pipeline.worker import PipelineWorker
 from ..core import schema as sc
 from ..core.faults import guard
 from ..core.record import PhaseRecord
-from ._downlink import note_speech_started, note_speech_stopped
 from ._observer import WorkerWatch
 from ._transition import FlowState, FlowsTelemetry, Transition
 
@@ -322,39 +321,6 @@ def _end(state: FlowState, transition: Transition) -> None:
     state.awaiting_speech = transition
     if state.watch is not None:
         state.watch.await_speech()
-
-
-# --- the bot starts speaking --------------------------------------------------------------------
-async def wrap_speech(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
-    """The output transport's media sender starts a run of the bot's speech: it pushes
-    ``BotStartedSpeakingFrame`` both ways, then hands the run's first audio to the transport's
-    ``write_audio_frame`` in a task of its own (``asyncio.wait_for``). Noted once a run, when the
-    loop next runs, with that task's first step, so ``first_speech`` ends at the write and not when
-    the upstream copy, some processors later, reaches the worker's source (1 to 7 ms later on a
-    loaded machine)."""
-    speaking = getattr(instance, "_bot_speaking", True)
-    result = await wrapped(*args, **kwargs)
-    if not speaking and telemetry.enabled:
-        guard("first speech", asyncio.get_running_loop().call_soon, _speech_started, instance)
-    return result
-
-
-def _speech_started(media_sender: Any) -> None:
-    guard("first speech", note_speech_started, media_sender, time.time_ns())
-
-
-async def wrap_speech_stopped(
-    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
-) -> Any:
-    """The output transport's media sender ends a run of the bot's speech, its last audio written
-    (a worker handoff's wait for the old audio ends there, not when the frame saying so reaches
-    the session's source, some processors and a handler task later). Noted once a run."""
-    now = time.time_ns()
-    speaking = getattr(instance, "_bot_speaking", False)
-    result = await wrapped(*args, **kwargs)
-    if speaking and telemetry.enabled:
-        guard("speech stopped", note_speech_stopped, instance, now)
-    return result
 
 
 # --- phases inside _set_node --------------------------------------------------------------------

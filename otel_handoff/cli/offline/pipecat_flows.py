@@ -29,6 +29,8 @@ from pipecat.frames.frames import (
     LLMFullResponseStartFrame,
     LLMMessagesAppendFrame,
     LLMTextFrame,
+    OutputAudioRawFrame,
+    StartFrame,
     SystemFrame,
     TTSAudioRawFrame,
     TTSStartedFrame,
@@ -44,6 +46,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings, TTSSettings
 from pipecat.services.tts_service import TTSService
+from pipecat.transports.base_output import BaseOutputTransport
+from pipecat.transports.base_transport import TransportParams
 from pipecat.workers.runner import WorkerRunner
 
 # a flow that does not end within this is a broken scenario: fail instead of hanging
@@ -171,12 +175,36 @@ class SilentTTS(TTSService):
         )
 
 
-class SpeakerOutput(FrameProcessor):
-    """Stands in for ``transport.output()``: bot speaking frames, audio played in real time if paced."""
+class NullTransportOutput(BaseOutputTransport):
+    """A transport's output that writes its audio nowhere: Pipecat's own media sender (the audio
+    cut into 40 ms chunks, the bot speaking frames, the audio task), no device or network.
+    ``speaking_frames=False``: no ``BotSpeakingFrame``, which the sender sends every 0.2 s of wall
+    time while the bot speaks (work per chunk counted with it would count how fast the machine ran)."""
 
-    def __init__(self, paced: bool = False) -> None:
+    def __init__(self, speaking_frames: bool = True) -> None:
+        super().__init__(TransportParams(audio_out_enabled=True, audio_out_sample_rate=SAMPLE_RATE))
+        self.written = 0  # audio chunks written
+        self._speaking_frames = speaking_frames
+
+    async def start(self, frame: StartFrame) -> None:
+        await super().start(frame)
+        await self.set_transport_ready(frame)
+        if not self._speaking_frames:
+            self._media_senders[None]._bot_speaking_frame_period = float("inf")
+
+    async def write_audio_frame(self, frame: OutputAudioRawFrame) -> bool:
+        self.written += 1
+        return True
+
+
+class SpeakerOutput(FrameProcessor):
+    """Stands in for ``transport.output()``: bot speaking frames, audio played in real time if paced;
+    or, behind a :class:`NullTransportOutput` (``speaks=False``), only sees what it wrote."""
+
+    def __init__(self, paced: bool = False, speaks: bool = True) -> None:
         super().__init__()
         self.paced = paced
+        self.speaks = speaks
         self.seen: list[str] = []  # the frame types this stage saw, in order
         self.ends: set[int] = set()  # ids of the LLMFullResponseEndFrames that reached it
         self.unordered: set[int] = set()  # indexes into seen of system and upstream frames
@@ -192,12 +220,12 @@ class SpeakerOutput(FrameProcessor):
             self.audio_in += 1
         if isinstance(frame, LLMFullResponseEndFrame):
             self.ends.add(id(frame))
-        if isinstance(frame, TTSStartedFrame):
+        if isinstance(frame, TTSStartedFrame) and self.speaks:
             await self.broadcast_frame(BotStartedSpeakingFrame)
         elif isinstance(frame, TTSAudioRawFrame) and self.paced:
             await asyncio.sleep(len(frame.audio) / 2 / SAMPLE_RATE)
         await self.push_frame(frame, direction)
-        if isinstance(frame, TTSStoppedFrame):
+        if isinstance(frame, TTSStoppedFrame) and self.speaks:
             await self.broadcast_frame(BotStoppedSpeakingFrame)
         self.progress.moved()
 
@@ -267,19 +295,22 @@ async def run_flow(
     summary: str = "",
     output: SpeakerOutput | None = None,
     on_worker: Callable[[PipelineWorker], Any] | None = None,
+    transport: NullTransportOutput | None = None,
 ) -> FlowRun:
     """Run a flow: initialize at ``initial_node``, take ``steps``, stop once ``until`` holds.
 
     Waits on Pipecat's own events (the pipeline started) and on frames passing the scripted
     stages (``Progress``), never on a guessed time; ``RUN_TIMEOUT`` only bounds a broken scenario.
+    ``transport``: a real transport's output before ``output`` (then ``speaks=False``).
     """
     progress = Progress()
     llm = ScriptedLLM(replies, summary_delay=summary_delay, summary=summary)
     output = output if output is not None else SpeakerOutput(paced=paced)
     llm.progress = output.progress = progress
     aggregators = LLMContextAggregatorPair(LLMContext())
+    outputs = [output] if transport is None else [transport, output]
     pipeline = Pipeline(
-        [aggregators.user(), llm, SilentTTS(), output, aggregators.assistant(), _Tail(progress)]
+        [aggregators.user(), llm, SilentTTS(), *outputs, aggregators.assistant(), _Tail(progress)]
     )
     worker = PipelineWorker(
         pipeline,

@@ -1,0 +1,228 @@
+"""When the output transport starts and ends a run of the bot's speech, seen only while a handoff
+waits for it.
+
+``BaseOutputTransport.MediaSender._bot_started_speaking`` runs on every audio frame the bot
+speaks, and ``_bot_stopped_speaking`` every few seconds while it is quiet (on every output chunk
+where a mixer is set): wrapped on the class, they would run ours on the per-frame path between
+handoffs. Instead, while a handoff waits for the bot's first speech or for the old audio's end,
+and only then, each media sender of the waiting worker's output transports gets the method
+shadowed on the instance (an attribute of its own, calling the class's method, or the app's own
+attribute it replaced); when the last wait on it ends the attribute goes (the app's comes back),
+and at ``uninstrument()`` every one goes. A sender made after the wait began (a destination added
+then), or by a transport started before ``instrument()``, is not seen: that handoff ends where the
+frame saying so is seen instead. Which transports have senders is noted once a transport's start
+(``set_transport_ready``), so where none has, a handoff does not look for them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import sys
+import time
+import types
+import weakref
+from typing import Any
+
+from ..core.faults import guard
+from ._downlink import note_speech_started, note_speech_stopped
+
+SPEECH_STARTED = "_bot_started_speaking"
+SPEECH_STOPPED = "_bot_stopped_speaking"
+READY = "set_transport_ready"
+OUTPUT = "pipecat.transports.base_output"
+
+_enabled = False  # at instrument(): the release's media sender has both methods
+
+
+class _Shadow:
+    """One method of one media sender, shadowed while ``holds`` waits need it."""
+
+    __slots__ = ("holds", "method", "previous")
+
+    def __init__(self, method: Any, previous: Any) -> None:
+        self.holds = 1
+        self.method = method
+        self.previous = previous  # the app's own instance attribute, if it had one
+
+
+# media sender -> method name -> its shadow
+_SHADOWS: weakref.WeakKeyDictionary[Any, dict[str, _Shadow]] = weakref.WeakKeyDictionary()
+
+
+def available() -> bool:
+    """Has the release's media sender both methods, made when its transport is ready? (Checked at
+    ``instrument()``.)"""
+    output = importlib.import_module(OUTPUT).BaseOutputTransport
+    sender = getattr(output, "MediaSender", None)
+    names = (SPEECH_STARTED, SPEECH_STOPPED)
+    return callable(getattr(output, READY, None)) and all(callable(getattr(sender, n, None)) for n in names)
+
+
+# id() -> output transport whose media senders exist (set up in ``set_transport_ready``), weakly:
+# with none, a handoff has no sender to look for, and looks for none (a plain dict: its test is free)
+_READY: dict[int, weakref.ref[Any]] = {}
+
+
+async def wrap_transport_ready(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
+    """``BaseOutputTransport.set_transport_ready``: once a transport's start, never per frame."""
+    result = await wrapped(*args, **kwargs)
+    guard("set_transport_ready", _ready, instance)
+    return result
+
+
+def _ready(transport: Any) -> None:
+    key = id(transport)
+    _READY[key] = weakref.ref(transport, lambda _: _READY.pop(key, None))
+
+
+def enable(marks: bool) -> None:
+    """At ``instrument()``, once its checks passed: marks are taken from now on, if ``marks``."""
+    global _enabled
+    _enabled = _enabled or marks
+
+
+def disable() -> None:
+    """At ``uninstrument()``: every shadow goes, whatever still holds it."""
+    global _enabled
+    _enabled = False
+    for sender, shadows in list(_SHADOWS.items()):
+        for name in list(shadows):
+            _unshadow(sender, name, shadows.pop(name))
+    _SHADOWS.clear()
+
+
+class Held:
+    """The media senders of some output transports, shadowed for one method until :meth:`release`."""
+
+    __slots__ = ("_name", "_senders")
+
+    def __init__(self, outputs: tuple[Any, ...], name: str) -> None:
+        self._name = name
+        self._senders = [weakref.ref(s) for s in _media_senders(outputs)]
+        for sender in self._senders:
+            _hold(sender(), name)
+
+    def release(self) -> None:
+        """Once: the shadows this held go when nothing else holds them."""
+        senders, self._senders = self._senders, []
+        for ref in senders:
+            sender = ref()
+            if sender is not None:
+                _release(sender, self._name)
+
+
+# worker -> its output transports (weakly), found once: a pipeline's processors are fixed
+_OUTPUTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDictionary()
+
+
+def hold(worker: Any, name: str) -> Held | None:
+    """Shadow ``name`` on the media senders of ``worker``'s output transports, while held; None
+    where it has none."""
+    if not _enabled or worker is None or not _READY:
+        return None
+    outputs = _OUTPUTS.get(worker)
+    if outputs is None:
+        outputs = _outputs(worker)
+        if outputs:  # (none yet: its transport may not be ready yet)
+            _OUTPUTS[worker] = outputs
+    return Held(outputs, name) if outputs else None
+
+
+def _outputs(worker: Any) -> tuple[Any, ...]:
+    """The worker's output transports, weakly: one pass over its pipeline, nested ones included
+    (a stack, no generator per level)."""
+    output = getattr(sys.modules.get(OUTPUT), "BaseOutputTransport", None)
+    found: list[Any] = []
+    stack = [getattr(worker, "pipeline", None)] if output is not None else []
+    while stack and len(found) < 64:
+        processor = stack.pop()
+        if isinstance(processor, output):
+            found.append(weakref.ref(processor))
+        elif processor is not None:
+            stack.extend(getattr(processor, "processors", None) or ())
+    return tuple(found)
+
+
+def _media_senders(outputs: tuple[Any, ...]) -> list[Any]:
+    found = []
+    for ref in outputs:
+        senders = getattr(ref(), "_media_senders", None)
+        found += list(senders.values()) if isinstance(senders, dict) else []
+    return found
+
+
+def _hold(sender: Any, name: str) -> None:
+    shadows = _SHADOWS.get(sender)
+    if shadows is None:
+        shadows = _SHADOWS[sender] = {}
+    shadow = shadows.get(name)
+    if shadow is not None:  # (where the app set its own since, theirs stays: no marks there)
+        shadow.holds += 1
+        return
+    previous = vars(sender).get(name)  # the app's own
+    function = _started if name == SPEECH_STARTED else _stopped
+    # bound to the sender, with what it shadows: a method the app kept of ours calls what ours did
+    method = types.MethodType(functools.partial(function, previous), sender)
+    shadow = shadows[name] = _Shadow(method, previous)
+    vars(sender)[name] = shadow.method
+
+
+def _release(sender: Any, name: str) -> None:
+    shadows = _SHADOWS.get(sender)
+    shadow = shadows.get(name) if shadows is not None else None
+    if shadow is None:
+        return
+    shadow.holds -= 1
+    if shadow.holds <= 0:
+        del shadows[name]
+        _unshadow(sender, name, shadow)
+
+
+def _unshadow(sender: Any, name: str, shadow: _Shadow) -> None:
+    attributes = vars(sender)
+    if attributes.get(name) is not shadow.method:
+        return  # the app set its own since: it stays
+    if shadow.previous is None:
+        del attributes[name]
+    else:
+        attributes[name] = shadow.previous
+
+
+def _original(previous: Any, sender: Any, name: str) -> Any:
+    """What the sender's method is without us: the app's attribute we shadow, else the class's
+    (looked up now, so the app's patch of the class holds)."""
+    if previous is not None:
+        return previous
+    cls = type(sender)
+    return getattr(cls, name).__get__(sender, cls)
+
+
+async def _started(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any:
+    """The media sender starts a run of the bot's speech: it pushes ``BotStartedSpeakingFrame``
+    both ways, then hands the run's first audio to the transport's ``write_audio_frame`` in a task
+    of its own (``asyncio.wait_for``). Noted once a run, when the loop next runs, with that task's
+    first step, so ``first_speech`` ends at the write and not when the upstream copy, some
+    processors later, reaches the worker's source (1 to 7 ms later on a loaded machine)."""
+    speaking = getattr(sender, "_bot_speaking", True)
+    result = await _original(previous, sender, SPEECH_STARTED)(*args, **kwargs)
+    if not speaking:
+        guard("first speech", asyncio.get_running_loop().call_soon, _speech_started, sender)
+    return result
+
+
+def _speech_started(sender: Any) -> None:
+    guard("first speech", note_speech_started, sender, time.time_ns())
+
+
+async def _stopped(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any:
+    """The media sender ends a run of the bot's speech, its last audio written (a worker handoff's
+    wait for the old audio ends there, not when the frame saying so reaches the session's source,
+    some processors and a handler task later). Noted once a run."""
+    now = time.time_ns()
+    speaking = getattr(sender, "_bot_speaking", False)
+    result = await _original(previous, sender, SPEECH_STOPPED)(*args, **kwargs)
+    if speaking:
+        guard("speech stopped", note_speech_stopped, sender, now)
+    return result
