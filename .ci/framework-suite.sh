@@ -14,7 +14,13 @@
 # tests; Pipecat's does not), Microsoft Agent Framework (from its repository's release tag:
 # `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone) and
 # LlamaIndex (llama-index-core's sdist ships no tests: its repository's tag v<release>, the folder
-# llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone). A test that needs a package the recipe leaves out fails to collect both ways alike.
+# llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone)
+# and LiveKit Agents (its sdist ships no tests either: its repository's tag livekit-agents@<release>,
+# its `--unit` category, no plugin installed; LIVEKIT_AGENTS_GIT names another clone and
+# LIVEKIT_AGENTS_REF a branch of it where the clone lacks the tag, as the copy we could reach, which
+# ends after 1.7.0: `LIVEKIT_AGENTS_GIT=<clone> LIVEKIT_AGENTS_REF=main bash .ci/framework-suite.sh
+# livekit-agents 1.8.9`, its tests run against the installed release). A test that needs a package
+# the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -66,9 +72,24 @@ case "$framework" in
     drop_source=llama_index
     pytest_args=(--tb=native --timeout=120)
     ;;
+  livekit-agents)  # its sdist ships no tests (2.0.0b1 has no sdist): its repository's tag livekit-agents@<release>
+    deps=(pytest pytest-asyncio "pytest-asyncio-concurrent==0.5.2" pytest-timeout python-dotenv httpx)
+    instrumentor="otel_handoff.livekit:LiveKitHandoffInstrumentor"
+    extra=livekit
+    git_source="${LIVEKIT_AGENTS_GIT:-https://github.com/livekit/agents}"
+    git_tag="${LIVEKIT_AGENTS_REF:-livekit-agents@$release}"  # a branch of another clone, where it lacks the tag
+    git_folder=tests
+    source_root=1  # its tests are a package run from the repository's root (its pyproject.toml: markers, pythonpath)
+    tests=(tests)
+    # its unit category, the tests that need no provider, no Docker (toxiproxy) and no network; its own
+    # addopts again (the script clears them); native tracebacks, as for LlamaIndex (CPython 3.11's
+    # SystemError); a test that hangs offline fails after 60 s
+    pytest_args=(--import-mode=importlib -p tests.concurrency --unit --tb=native --timeout=60)
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 dist="${dist:-$framework}"
+extra="${extra:-$framework}"
 tests=("${tests[@]:-tests/}")
 
 python3 -m venv "$work/venv"
@@ -78,14 +99,15 @@ if [[ -n "${git_source:-}" ]]; then
   git -C "$work/src" sparse-checkout set "$git_folder"
   git -C "$work/src" -c advice.detachedHead=false checkout -q "$git_tag"
   source_dir="$work/src/$git_folder"
+  if [[ -n "${source_root:-}" ]]; then source_dir="$work/src"; fi
   if [[ $framework == agent-framework ]]; then
     orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
     deps+=("agent-framework-orchestrations==$orchestrations")
   fi
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$extra]"
   if [[ -n "${drop_source:-}" ]]; then rm -rf "${source_dir:?}/$drop_source"; fi
 else
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$extra]"
   "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
   tar xzf "$work"/*.tar.gz -C "$work"
   source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
