@@ -8,19 +8,25 @@
 #
 #   bash .ci/framework-suite.sh langgraph 1.2.24
 #
-# FRAMEWORK_SUITE_LOGS=<folder> keeps both runs' full logs there.
+# FRAMEWORK_SUITE_LOGS=<folder> keeps both runs' full logs there. FRAMEWORK_SUITE_TESTS="<paths>" runs
+# those test paths instead of the recipe's; FRAMEWORK_SUITE_REF=<ref> takes the tests from that ref of
+# a recipe's repository instead of the release's tag (where a clone lacks that tag; the tests run
+# are then that ref's, not the release's); FRAMEWORK_SUITE_ARGS="<options>" adds pytest options to
+# both runs (--noconftest where such a ref's conftest needs another release). A run where pytest
+# counted nothing (its conftest failed to import, say) fails rather than ending "alike".
 #
 # Wired up: LangGraph, the OpenAI Agents SDK and Strands Agents (their source releases ship their
 # tests; Pipecat's does not), Microsoft Agent Framework (from its repository's release tag:
 # `bash .ci/framework-suite.sh agent-framework 1.13.0`; AGENT_FRAMEWORK_GIT names another clone) and
 # LlamaIndex (llama-index-core's sdist ships no tests: its repository's tag v<release>, the folder
 # llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone)
-# and LiveKit Agents (its sdist ships no tests either: its repository's tag livekit-agents@<release>,
-# its `--unit` category, no plugin installed; LIVEKIT_AGENTS_GIT names another clone and
-# LIVEKIT_AGENTS_REF a branch of it where the clone lacks the tag, as the copy we could reach, which
-# ends after 1.7.0: `LIVEKIT_AGENTS_GIT=<clone> LIVEKIT_AGENTS_REF=main bash .ci/framework-suite.sh
-# livekit-agents 1.8.9`, its tests run against the installed release). A test that needs a package
-# the recipe leaves out fails to collect both ways alike.
+# and Pipecat (pipecat-ai's sdist ships no tests: its repository's tag v<release>, the folder tests,
+# run from the repository's root so its pytest settings apply; `bash .ci/framework-suite.sh pipecat 1.7.0`;
+# PIPECAT_GIT names another clone) and LiveKit Agents (its sdist ships no tests, 2.0.0b1 no sdist at
+# all: its repository's tag livekit-agents@<release>, its `--unit` category, no plugin installed;
+# LIVEKIT_AGENTS_GIT names another clone; the copy we could reach ends after 1.7.0:
+# `LIVEKIT_AGENTS_GIT=<clone> FRAMEWORK_SUITE_REF=main bash .ci/framework-suite.sh livekit-agents 1.8.9`).
+# A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -72,14 +78,27 @@ case "$framework" in
     drop_source=llama_index
     pytest_args=(--tb=native --timeout=120)
     ;;
+  pipecat)  # its sdist ships no tests: the release's tag (v<release>) of its repository
+    # the workers' buses (Redis, pgmq, the websocket proxy) and the Flows tests' model services
+    dist=pipecat-ai
+    extras="[anthropic,google,redis,pgmq,websocket,runner]"
+    deps=(pytest pytest-asyncio pytest-aiohttp python-dotenv)
+    instrumentor="otel_handoff.pipecat:PipecatHandoffInstrumentor"
+    git_source="${PIPECAT_GIT:-https://github.com/pipecat-ai/pipecat}"
+    git_tag="v$release"
+    git_folder=tests
+    # from the repository's root: its pyproject's pytest settings (asyncio, warning filters) apply;
+    # its pythonpath "src" is not checked out, so the tests import the installed release
+    run_from_root=1
+    ;;
   livekit-agents)  # its sdist ships no tests (2.0.0b1 has no sdist): its repository's tag livekit-agents@<release>
     deps=(pytest pytest-asyncio "pytest-asyncio-concurrent==0.5.2" pytest-timeout python-dotenv httpx)
     instrumentor="otel_handoff.livekit:LiveKitHandoffInstrumentor"
-    extra=livekit
+    our_extra=livekit  # otel-handoff's extra for it
     git_source="${LIVEKIT_AGENTS_GIT:-https://github.com/livekit/agents}"
-    git_tag="${LIVEKIT_AGENTS_REF:-livekit-agents@$release}"  # a branch of another clone, where it lacks the tag
+    git_tag="livekit-agents@$release"
     git_folder=tests
-    source_root=1  # its tests are a package run from the repository's root (its pyproject.toml: markers, pythonpath)
+    run_from_root=1  # its tests are a package run from the root (its pyproject: markers, pythonpath)
     tests=(tests)
     # its unit category, the tests that need no provider, no Docker (toxiproxy) and no network; its own
     # addopts again (the script clears them); native tracebacks, as for LlamaIndex (CPython 3.11's
@@ -89,8 +108,11 @@ case "$framework" in
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 dist="${dist:-$framework}"
-extra="${extra:-$framework}"
+our_extra="${our_extra:-$framework}"
 tests=("${tests[@]:-tests/}")
+if [[ -n "${FRAMEWORK_SUITE_TESTS:-}" ]]; then read -r -a tests <<< "$FRAMEWORK_SUITE_TESTS"; fi
+if [[ -n "${FRAMEWORK_SUITE_ARGS:-}" ]]; then read -r -a more <<< "$FRAMEWORK_SUITE_ARGS"; pytest_args+=("${more[@]}"); fi
+git_tag="${FRAMEWORK_SUITE_REF:-${git_tag:-}}"
 
 python3 -m venv "$work/venv"
 if [[ -n "${git_source:-}" ]]; then
@@ -99,15 +121,15 @@ if [[ -n "${git_source:-}" ]]; then
   git -C "$work/src" sparse-checkout set "$git_folder"
   git -C "$work/src" -c advice.detachedHead=false checkout -q "$git_tag"
   source_dir="$work/src/$git_folder"
-  if [[ -n "${source_root:-}" ]]; then source_dir="$work/src"; fi
+  if [[ -n "${run_from_root:-}" ]]; then source_dir="$work/src"; fi
   if [[ $framework == agent-framework ]]; then
     orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
     deps+=("agent-framework-orchestrations==$orchestrations")
   fi
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$extra]"
+  "$work/venv/bin/pip" install -q "$dist${extras:-}==$release" "${deps[@]}" -e "$repo[$our_extra]"
   if [[ -n "${drop_source:-}" ]]; then rm -rf "${source_dir:?}/$drop_source"; fi
 else
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$extra]"
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$our_extra]"
   "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
   tar xzf "$work"/*.tar.gz -C "$work"
   source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
@@ -143,6 +165,10 @@ run() {  # $1: plain | traced
 }
 run plain
 run traced
+if [[ ! -s "$work/plain.summary" || ! -s "$work/traced.summary" ]]; then  # pytest never counted: nothing ran
+  echo "framework-suite: $framework $release: no counts (pytest ended before running the tests; see the logs)"
+  exit 1
+fi
 if diff -u "$work/plain.failed" "$work/traced.failed" && diff -u "$work/plain.summary" "$work/traced.summary"; then
   echo "framework-suite: $framework $release ends alike with and without otel-handoff"
 else

@@ -75,6 +75,16 @@ ran_in_suite() { # dist version(or "newest") pyver -> prints the release when th
   return 1
 }
 
+# uv (the suite's test extra) installs a cell in seconds where pip takes a minute or more: about
+# 34 cells, most of the matrix's time; pip when uv is absent or fails (what it printed is kept)
+UV="${MATRIX_UV-$(command -v uv || ls .venv-test/bin/uv 2>/dev/null)}"
+install_into() { # venv requirement... -> installed, by uv or else pip
+  local env="$1"; shift
+  if [[ -n "$UV" ]] && "$UV" pip install --quiet --python "$env/bin/python" "$@"; then return 0; fi
+  [[ -z "$UV" ]] || echo "uv could not install this cell; pip does"
+  "$env/bin/pip" install --quiet --disable-pip-version-check "$@"
+}
+
 run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output on stdout
   local spec="$1" python="$2" index="$3"
   local dist="${spec%%==*}" version="${spec#*==}" tests extra pyver env start installed out rc line
@@ -89,8 +99,10 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
     livekit-agents) tests=($(ls tests/test_livekit_*.py | grep -v -e test_livekit_call.py -e test_livekit_legs.py))
       extra=(httpx opentelemetry-distro "rotel==$(sed -n 's/^ROTEL_VERSION="\(.*\)"/\1/p' .ci/install-receivers.sh)") ;;
     ag2|autogen) tests=(tests/test_ag2_*.py); extra=() ;;
-    # the real call (tests/test_pipecat_call.py) needs Jaeger and a WebRTC caller: the main suite runs it
-    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v test_pipecat_call.py)); extra=(redis) ;;  # ~500 MB each: pip's cache serves the second; redis: RedisBus
+    # the real calls (tests/test_pipecat_call.py, test_pipecat_workers_call.py) need Jaeger and a WebRTC
+    # caller: the main suite runs them
+    # ~500 MB each: pip's cache serves the second; redis: RedisBus; fastapi, uvicorn: the websocket proxy's server end
+    pipecat-ai) tests=($(ls tests/test_pipecat_*.py | grep -v -e test_pipecat_call.py -e test_pipecat_workers_call.py)); extra=(redis fastapi uvicorn) ;;
     # openinference replaces the SDK's trace processors: ours must survive it on every release
     openai-agents) tests=(tests/test_openai_agents.py); extra=(openinference-instrumentation-openai-agents) ;;
     # the swarm and the supervisor newest that the release takes; openinference's LangChain tracer beside ours
@@ -134,8 +146,7 @@ run_cell() { # spec python index -> $ROOT/cell-<index>.row (and .failed); output
   echo "=== $spec on Python $pyver ($env)"
   start=$SECONDS
   if ! { [[ -x "$env/bin/python" ]] || "$python" -m venv "$env"; } \
-     || ! "$env/bin/pip" install --quiet --disable-pip-version-check -e . pytest pytest-asyncio hypothesis \
-          "$spec" "${extra[@]}" > "$env.install.log" 2>&1; then
+     || ! install_into "$env" -e . pytest pytest-asyncio hypothesis "$spec" "${extra[@]}" > "$env.install.log" 2>&1; then
     tail -n 20 "$env.install.log"
     row "| $spec | $pyver | FAILED: install (see $env.install.log) |" "$spec/py$pyver (install)"
     return

@@ -8,7 +8,7 @@ made by the SDK alone). The unit is bytecode instructions under ``sys.settrace``
 load does not move; each scenario runs several times and the median per run counts (event loops
 that wait on timers vary a little from run to run, so the spread is printed too).
 
-Guards (issue 29): (C - A) / F <= 1.40 (Pipecat Flows 1.5), reported for every framework.
+Guards (issue 29): (C - A) / F <= 1.40 (Pipecat's Flows and workers 1.5), reported for every framework.
 
     python bench/frameworks_overhead.py            # 5 runs of each scenario
     python bench/frameworks_overhead.py --runs 9
@@ -53,10 +53,7 @@ GUARDS = {
     "ag2": 1.40,
     "openai-agents": 1.40,
     "pipecat-flows": 1.5,
-    # not a guard met but a known miss held from getting worse: the Pipecat guard is 1.5 and a worker
-    # handoff measures 1.54 (Pipecat runs each of the three handlers it awaits with, old audio, first
-    # output and first speech, in a task of its own); open in issue 49 until it is under 1.5
-    "pipecat-workers": 1.6,
+    "pipecat-workers": 1.5,
     "google-adk": 1.40,
     "langgraph": 1.40,
     "llama-index": 1.40,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,25 +45,41 @@ def environment(name: str, requirements: list[str], python: str = sys.executable
     if marker.exists() and marker.read_text() == stamp:
         return venv
     subprocess.run([python, "-m", "venv", "--clear", str(venv)], check=True, timeout=300)
-    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
     # the project and its framework first (seconds); then the rest held to the opentelemetry
     # releases that chose (pip alone backtracks through every opentelemetry-distro: minutes)
-    _run([*pip, *requirements[:2]])
+    _install(venv, requirements[:2])
     frozen = subprocess.run(
-        [str(venv / "bin" / "pip"), "freeze"], capture_output=True, text=True, check=True, timeout=120
+        [str(venv / "bin" / "python"), "-m", "pip", "freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
     ).stdout
     constraints = venv / "otel-handoff-constraints.txt"
     constraints.write_text(
         "".join(f"{line}\n" for line in frozen.splitlines() if line.startswith("opentelemetry-"))
     )
-    _run([*pip, "-c", str(constraints), *requirements[2:]])
+    _install(venv, ["-c", str(constraints), *requirements[2:]])
     marker.write_text(stamp)
     return venv
 
 
-def _run(command: list[str]) -> None:
-    install = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=1800)
-    assert install.returncode == 0, install.stdout[-2000:] + install.stderr[-3000:]
+def _install(venv: Path, requirements: list[str]) -> None:
+    """uv (the test extra's) where it is: seconds, where pip takes a minute or more an environment
+    (seven of them in CI); pip when uv is absent or cannot, with both answers kept for the failure."""
+    uv = shutil.which("uv") or (Path(sys.executable).parent / "uv")
+    answers = ""
+    if Path(uv).exists():
+        command = [str(uv), "pip", "install", "--quiet", "--python", str(venv / "bin" / "python")]
+        done = subprocess.run(
+            [*command, *requirements], cwd=ROOT, capture_output=True, text=True, timeout=1800
+        )
+        if done.returncode == 0:
+            return
+        answers = f"uv: {done.stderr[-2000:]}\n"
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet", "--disable-pip-version-check"]
+    done = subprocess.run([*pip, *requirements], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, answers + done.stdout[-2000:] + done.stderr[-3000:]
 
 
 # strands-agents needs opentelemetry-instrumentation-threading, whose newest release (0.66b1) holds

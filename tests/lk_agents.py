@@ -10,6 +10,20 @@ from typing import Any
 from livekit.agents import Agent, AgentTask, RunContext, function_tool
 
 from otel_handoff.cli.offline.livekit import finish_task
+from otel_handoff.core import schema as sc
+
+# an update_agent handoff's phases, in order: its task waits for the loop (update_agent() spawned
+# it), LiveKit prepares and switches between the phases, the new on_enter task waits for the loop too
+UPDATE_AGENT_PHASES = [
+    sc.SPAN_LOOP_WAIT,
+    sc.SPAN_PREPARE,
+    sc.SPAN_DRAIN,
+    sc.SPAN_CLOSE,
+    sc.SPAN_SWITCH,
+    sc.SPAN_START,
+    sc.SPAN_LOOP_WAIT,
+    sc.SPAN_ON_ENTER,
+]
 
 Hook = Callable[[Agent], Awaitable[None]] | None
 

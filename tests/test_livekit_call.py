@@ -42,9 +42,13 @@ from call_checks import (
     HEARD_TOLERANCE_S,
     LINK_SPREAD,
     ROUNDING_US,
+    STALL_S,
     accounting_problems,
     end_us,
+    heard_problem,
     jaeger_warnings,
+    source_lag_s,
+    unnamed_problems,
 )
 from livekit_call.deployment import (
     CONVERSATION_ID,
@@ -189,6 +193,16 @@ def first_speech(call: CallRecord) -> Span:
     return found
 
 
+def stalls(run: Deployment, call: CallRecord) -> list[str]:
+    """The agent's audio stalled while its source took the new agent's first words: the source fell
+    :data:`STALL_S` or more behind real time (:func:`source_lag_s`, from the worker's record of each
+    capture); empty where it did not."""
+    found = call.measured(run.records, "frames", SECOND_AGENT)
+    assert found is not None, f"{call.room}: the worker recorded no first words of {SECOND_AGENT}"
+    lag = source_lag_s(found["frames"], found["queue_s"])
+    return [f"the source {lag * 1000:.0f} ms behind real time"] if lag >= STALL_S else []
+
+
 def captured_ns(run: Deployment, call: CallRecord) -> int:
     """When the worker handed the new agent's first audio frame to the room."""
     found = call.measured(run.records, "first_frame", SECOND_AGENT)
@@ -292,6 +306,18 @@ def test_phases_cover_the_handoff(run: Deployment) -> None:
     assert not problems, "\n".join(problems)
 
 
+def test_named_phases_cover_nine_tenths_of_the_handoff(run: Deployment) -> None:
+    """The handoff's named phases (its task's wait for the loop, the lock held before the old agent
+    leaves, drain, close, the switch, start, on_enter's wait for the loop, on_enter, ...) cover at
+    least 90 % of it; ``agent_handoff.unattributed.duration`` holds the rest (before the loop waits,
+    prepare and switch were named, 1.8 of an 8.6 ms handoff was unattributed)."""
+    problems = []
+    for call in calls_of(run):
+        span = handoff(call)
+        problems += unnamed_problems(call.room, span, phases_of(call.spans, span))
+    assert not problems, "\n".join(problems)
+
+
 def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
     """``/api/traces/<id>`` notes nothing on a span of ours (e.g. a child outliving its parent)."""
     problems = [p for call in run.calls for p in jaeger_warnings(call.room, call.spans, call.warnings)]
@@ -299,18 +325,22 @@ def test_jaeger_has_no_warnings_on_our_spans(run: Deployment) -> None:
 
 
 def test_heard_delay_matches_the_caller(run: Deployment) -> None:
-    """``heard_delay`` (from WebRTC statistics) is within 30 ms of what the caller measured:
-    its first hearing of the new agent less the worker's capture of that agent's first frame."""
+    """``heard_delay`` (from WebRTC statistics) is within the heard delay's tolerance of what the
+    caller measured: its first hearing of the new agent less the worker's capture of that agent's
+    first frame; where the agent's audio stalled (:func:`stalls`), no sooner than the estimate."""
     problems = []
     for call in calls_of(run):
         measured = (call.caller["first_heard_ns"][SECOND_AGENT] - captured_ns(run, call)) / 1e9
-        estimated = first_speech(call)["attributes"].get(HEARD_DELAY)
+        attributes = first_speech(call)["attributes"]
+        estimated = attributes.get(HEARD_DELAY)
+        stalled = stalls(run, call)
+        print(f"\n{call.room}: {HEARD_DELAY} {estimated}, measured {measured:.4f} s; stalls {stalled}")
         if estimated is None:
             problems.append(f"{call.room}: no {HEARD_DELAY} (the caller measured {measured * 1000:.1f} ms)")
-        elif abs(estimated - measured) > heard_tolerance(run, first_speech(call)["attributes"]):
-            problems.append(
-                f"{call.room}: {HEARD_DELAY} {estimated * 1000:.1f} ms, measured {measured * 1000:.1f} ms"
-            )
+            continue
+        problem = heard_problem(call.room, estimated, measured, heard_tolerance(run, attributes), stalled)
+        if problem is not None:
+            problems.append(problem)
     assert not problems, "\n".join(problems)
 
 
@@ -333,12 +363,15 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
     """The trace's waterfall (``livekit_call/waterfall.py``, the doc's table) has its segments in
     order and the handoff's phases inside the handoff; from the end of speech to the
     first frame out it is LiveKit's own ``lk.e2e_latency`` (2 ms); the first frame goes out at the
-    worker's capture (5 ms); the downlink estimate is within 30 ms of what the caller and the worker
-    measured, the uplink's within 40 ms, and the whole, from the caller's end of speech to its
-    hearing, within 30 ms.
+    worker's capture (5 ms); the downlink estimate is within the heard delay's tolerance of what
+    the caller and the worker measured, the uplink's within 40 ms, and the whole, from the caller's
+    end of speech to its hearing, within the heard delay's tolerance (where the agent's audio
+    stalled, :func:`stalls`, the downlink and the whole only to the caller hearing no sooner than
+    the trace says, less that tolerance).
     The uplink is held to the caller only where the STT's endpointing ended the turn: Silero's end
     of speech is its own estimate, not the caller's. With ``OTEL_HANDOFF_UPDATE_DOCS=1`` the first
-    call of ``batch`` held so becomes the recording the doc's table is made from (``RECORDING``)."""
+    call of ``batch`` held so, its audio not stalled, becomes the recording the doc's table is made
+    from (``RECORDING``)."""
     problems, recorded = [], False
     for call in calls_of(run):
         rows = waterfall(call.spans, handoff(call))
@@ -376,12 +409,15 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
             call.caller["first_heard_ns"][SECOND_AGENT] / 1000,
         )
         captured = captured_ns(run, call) / 1000
+        # where the agent's audio stalled, what the caller heard is held to no sooner than the trace
+        stalled = bool(stalls(run, call))
         checks = [
-            ("first frame out", main["first frame out"].end_us - captured, CAPTURE_TOLERANCE_US),
+            ("first frame out", main["first frame out"].end_us - captured, CAPTURE_TOLERANCE_US, False),
             (
                 "downlink",
                 main["downlink"].ms * 1000 - (heard - captured),
                 heard_tolerance(run, first_speech(call)["attributes"]) * 1e6,
+                stalled,
             ),
         ]
         if {s["attributes"].get("lk.eou.source") for s in call.spans if s["name"] == "eou_wait"} == {"stt"}:
@@ -390,17 +426,19 @@ def test_waterfall_adds_up_to_what_the_caller_heard(run: Deployment) -> None:
                     "uplink (estimate)",
                     main["uplink (estimate)"].ms * 1000 - (main["endpointing"].start_us - spoken),
                     UPLINK_TOLERANCE_S * 1e6,
+                    False,
                 ),
                 (
                     "end of speech → heard",
                     (main["downlink"].end_us - main["uplink (estimate)"].start_us) - (heard - spoken),
                     heard_tolerance(run, first_speech(call)["attributes"]) * 1e6,
+                    stalled,
                 ),
             ]
-        failed = False
-        for name, off_us, tolerance in checks:
-            print(f"  {name}: {off_us / 1000:+.1f} ms from the measurement")
-            if abs(off_us) > tolerance:
+        failed = stalled  # a stalled call is not the one the doc's table is made from
+        for name, off_us, tolerance, later_only in checks:
+            print(f"  {name}: {off_us / 1000:+.1f} ms from the measurement" + (" (stalled)" * later_only))
+            if off_us > tolerance or (not later_only and off_us < -tolerance):
                 failed = True
                 problems.append(f"{call.room}: {name} {off_us / 1000:+.1f} ms from what was measured")
         if (
@@ -484,6 +522,7 @@ def report(run: Deployment) -> None:
     for call in run.calls:
         caller = call.caller
         capture = call.measured(run.records, "first_frame", SECOND_AGENT) or {}
+        words = call.measured(run.records, "frames", SECOND_AGENT)
         spoken, heard = caller.get("end_of_speech_ns"), caller.get("first_heard_ns", {}).get(SECOND_AGENT)
         speech = handoff_of(call.spans, call.sid)
         speech = speech and first_speech_of(call.spans, speech)
@@ -507,6 +546,7 @@ def report(run: Deployment) -> None:
                 "heard_delay_ms": _ms(0, attributes[HEARD_DELAY] * 1e9)
                 if HEARD_DELAY in attributes
                 else None,
+                "source_lag_ms": words and round(source_lag_s(words["frames"], words["queue_s"]) * 1000, 1),
                 "spans_arrived_after_s": call.arrival_s and round(call.arrival_s, 2),
                 "error": caller.get("error"),
             }
@@ -520,7 +560,8 @@ def report(run: Deployment) -> None:
         jitter = (row["caller_inbound"] or {}).get("jitter_buffer_mean_s")
         print(
             f"  {row['room']}: end of speech → capture {row['end_of_speech_to_capture_ms']} ms, downlink"
-            f" {row['downlink_ms']} ms (heard_delay {row['heard_delay_ms']}), jitter buffer"
+            f" {row['downlink_ms']} ms (heard_delay {row['heard_delay_ms']}, the source's lag"
+            f" {row['source_lag_ms']} ms), jitter buffer"
             f" {jitter and round(jitter * 1000, 1)} ms, spans after {row['spans_arrived_after_s']} s"
         )
     for line in loop_blocks(run):  # LiveKit's own, for the record; ours fail the test above

@@ -10,7 +10,7 @@ from typing import Any
 import livekit.agents as livekit
 import pytest
 from livekit.agents import AgentSession
-from lk_agents import Billing, CollectEmail, Support, Triage, failing, gated, slow
+from lk_agents import UPDATE_AGENT_PHASES, Billing, CollectEmail, Support, Triage, failing, gated, slow
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
@@ -48,7 +48,15 @@ def check_schema(span: ReadableSpan) -> dict[str, Any]:
     assert attrs[sc.FRAMEWORK_VERSION] == livekit.__version__
     leaving = sc.DRAIN_DURATION if attrs[sc.PREVIOUS_ACTIVITY] == "close" else sc.PAUSE_DURATION
     entering = sc.START_DURATION if attrs[sc.NEW_ACTIVITY] == "start" else sc.RESUME_DURATION
-    phases = [attrs[leaving], attrs[entering]]
+    # LiveKit's steps between them: the lock held before the old agent leaves, the switch after it
+    phases = [
+        attrs[leaving],
+        attrs[entering],
+        attrs.get(sc.PREPARE_DURATION, 0),
+        attrs.get(sc.SWITCH_DURATION, 0),
+    ]
+    if attrs[sc.OUTCOME] == sc.OUTCOME_COMPLETED:
+        assert sc.PREPARE_DURATION in attrs and sc.SWITCH_DURATION in attrs, attrs
     if attrs[sc.PREVIOUS_ACTIVITY] == "close":
         phases.append(attrs[sc.CLOSE_DURATION])
     else:
@@ -62,9 +70,12 @@ def check_schema(span: ReadableSpan) -> dict[str, Any]:
 
 
 def child_names(spans: Spans, parent: ReadableSpan) -> list[str]:
-    """Phases in start order, LiveKit's spans standing for some on 1.8.2+; lock waits are left
-    out (whether one happens varies by release)."""
-    return [s.name for s in spans.phases(parent) if s.name != sc.SPAN_LOCK_WAIT]
+    """Phases in the order they end, LiveKit's spans standing for some on 1.8.2+; lock waits are
+    left out (whether one happens varies by release). By their ends: a phase LiveKit's span stands
+    for is drawn ending where that span ends, a little before our wrapper's end, so it can start
+    before the short step of ours that came before it (the switch to a resume)."""
+    phases = sorted(spans.phases(parent), key=lambda s: s.end_time)
+    return [s.name for s in phases if s.name != sc.SPAN_LOCK_WAIT]
 
 
 def stood_for(spans: Spans, handoff: ReadableSpan, phase: Any) -> bool:
@@ -90,8 +101,7 @@ async def test_tool_transfer(instrumented: Spans, open_spans: Any) -> None:
     assert attrs[sc.OUTCOME] == "completed"
     assert attrs[sc.SEQUENCE] == 1
     assert attrs[sc.QUEUE_WAIT_DURATION] == 0 and attrs[sc.LOCK_WAIT_DURATION] == 0
-    expected = [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
-    assert child_names(instrumented, handoff) == expected
+    assert child_names(instrumented, handoff) == UPDATE_AGENT_PHASES
     assert handoff.kind == trace.SpanKind.INTERNAL
 
     # same trace as LiveKit's own spans, linked to the function_tool span the tool ran in; the
@@ -147,8 +157,22 @@ async def test_agent_task_enter_and_return(instrumented: Spans) -> None:
     assert enter_attrs[sc.TO_AGENT_NAME] == CollectEmail().label
     assert back_attrs[sc.TO_AGENT_NAME] == Triage().label
     assert (enter_attrs[sc.SEQUENCE], back_attrs[sc.SEQUENCE]) == (1, 2)
-    assert child_names(instrumented, enter) == [sc.SPAN_PAUSE, sc.SPAN_START, sc.SPAN_ON_ENTER]
-    assert child_names(instrumented, back) == [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_RESUME]
+    # an AgentTask hands off in the tool's own task: no task of its own waits for the loop
+    assert child_names(instrumented, enter) == [
+        sc.SPAN_PREPARE,
+        sc.SPAN_PAUSE,
+        sc.SPAN_SWITCH,
+        sc.SPAN_START,
+        sc.SPAN_LOOP_WAIT,
+        sc.SPAN_ON_ENTER,
+    ]
+    assert child_names(instrumented, back) == [
+        sc.SPAN_PREPARE,
+        sc.SPAN_DRAIN,
+        sc.SPAN_CLOSE,
+        sc.SPAN_SWITCH,
+        sc.SPAN_RESUME,
+    ]
 
 
 @needs_queue

@@ -120,6 +120,8 @@ def test_random_handoff_sequences_keep_invariants(
             attrs.get(sc.CLOSE_DURATION, 0),
             attrs.get(sc.START_DURATION, 0),
             attrs.get(sc.RESUME_DURATION, 0),
+            attrs.get(sc.PREPARE_DURATION, 0),
+            attrs.get(sc.SWITCH_DURATION, 0),
         ]
         assert abs(attrs[sc.DURATION] - sum(phases)) <= 0.001
         assert attrs[sc.OUTCOME] == "completed"

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import NoOpTracerProvider
 from support import Spans
+from test_livekit_handoffs import child_names
 
 from otel_handoff.cli.offline.livekit import ScriptedLLM, settle
 from otel_handoff.cli.waterfall import render_handoffs
@@ -26,8 +27,19 @@ from otel_handoff.livekit._features import UPDATE_AGENT_SPAN, detect, session_tr
 FEATURES = detect()
 # our phases that LiveKit's own spans stand for, and what we alone see
 STOOD_FOR = {spec.span for spec in sc.PHASE_REGISTRY if spec.framework_span}
-OURS_ALONE = {sc.SPAN_QUEUE_WAIT, sc.SPAN_LOCK_WAIT, sc.SPAN_CLOSE, sc.SPAN_REALTIME_UPDATE}
-WHOLE = ([sc.SPAN_PAUSE, sc.SPAN_START, sc.SPAN_ON_ENTER], [sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_RESUME])
+OURS_ALONE = {
+    sc.SPAN_QUEUE_WAIT,
+    sc.SPAN_LOOP_WAIT,
+    sc.SPAN_LOCK_WAIT,
+    sc.SPAN_PREPARE,
+    sc.SPAN_CLOSE,
+    sc.SPAN_SWITCH,
+    sc.SPAN_REALTIME_UPDATE,
+}
+WHOLE = (
+    [sc.SPAN_PREPARE, sc.SPAN_PAUSE, sc.SPAN_SWITCH, sc.SPAN_START, sc.SPAN_LOOP_WAIT, sc.SPAN_ON_ENTER],
+    [sc.SPAN_PREPARE, sc.SPAN_DRAIN, sc.SPAN_CLOSE, sc.SPAN_SWITCH, sc.SPAN_RESUME],
+)
 
 
 async def enter_and_return() -> None:
@@ -39,10 +51,6 @@ async def enter_and_return() -> None:
         await settle(session)
     finally:
         await session.aclose()
-
-
-def phase_names(spans: Spans, handoff: ReadableSpan) -> list[str]:
-    return [p.name for p in spans.phases(handoff) if p.name != sc.SPAN_LOCK_WAIT]
 
 
 def below(spans: list[ReadableSpan], parent: ReadableSpan) -> list[ReadableSpan]:
@@ -57,7 +65,7 @@ async def test_one_tree_per_handoff(instrumented: Spans) -> None:
     enter, back = instrumented.handoffs()
     everything = instrumented.all()
     # the same phases, with the same seconds, whoever's span shows them
-    assert [phase_names(instrumented, h) for h in (enter, back)] == list(WHOLE)
+    assert [child_names(instrumented, h) for h in (enter, back)] == list(WHOLE)
     waterfall = render_handoffs(everything)
     for handoff in (enter, back):
         for phase in instrumented.phases(handoff):
@@ -86,7 +94,8 @@ async def test_one_tree_per_handoff(instrumented: Spans) -> None:
         assert [s.name for s in below(everything, update)] == theirs
         ours = {s.name for s in below(everything, handoff) if s.name.startswith(sc.SPAN_HANDOFF)}
         assert ours <= OURS_ALONE
-    [start] = [s for s in below(everything, below(everything, enter)[-1]) if s.name == "start_agent_activity"]
+    [update] = [s for s in below(everything, enter) if s.name == UPDATE_AGENT_SPAN]
+    [start] = [s for s in below(everything, update) if s.name == "start_agent_activity"]
     assert [s.name for s in below(everything, start)] == ["setup_toolsets", "on_enter"]
     # nothing sent twice: no phase span of ours that LiveKit's stand for, anywhere
     assert not [s for s in everything if s.name in STOOD_FOR]

@@ -38,7 +38,7 @@ FRAMEWORKS_OWN = {
     ("core/instrumentor.py", "_instruments"),  # our own package.py's, as contrib's instrumentations name it
     ("livekit/_wrappers.py", "_session"),  # LiveKit's AgentActivity
     ("pipecat/_downlink.py", "_client"),  # Pipecat's WebRTC transport
-    ("pipecat/_observer.py", "_transport"),  # Pipecat's media sender
+    ("pipecat/_downlink.py", "_transport"),  # Pipecat's media sender
     ("pipecat/_workers.py", "_registry"),  # Pipecat's worker: the bus's known workers
 }
 

@@ -13,7 +13,6 @@ caller and link:
 - ``stt``: three calls of different lengths, the scripted STT's endpointing ending the caller's
   turn, then SIGTERM right after the last call, as a deployment stops it;
 - ``silero``: a call whose turns the real Silero VAD (in pipecat-ai's wheel) starts and ends;
-- ``aiortc-60ms``, ``aiortc-200ms``: aiortc's caller on the shaped links;
 - ``browser``, ``browser-60ms``, ``browser-200ms``: Chromium on each link.
 
 Each deployment runs once, when a test first needs it, and is recorded; the tests judge the record.
@@ -37,8 +36,10 @@ from typing import Any
 import pytest
 import stack
 from call_checks import (
+    CAPTURE_TOLERANCE_US,
     DRY_SAMPLES,
     HEARD_TOLERANCE_S,
+    JITTER,
     LINK_SPREAD,
     OPUS_PACKET_SAMPLES,
     ROUNDING_S,
@@ -46,7 +47,10 @@ from call_checks import (
     STALL_S,
     accounting_problems,
     end_us,
+    heard_problem,
     jaeger_warnings,
+    tolerance,
+    unnamed_problems,
 )
 from pipecat_call.deployment import (
     CONVERSATION_ID,
@@ -71,13 +75,10 @@ pytest.importorskip("pipecat.runner.run", reason="needs pipecat-ai's runner extr
 pytest.importorskip("aiortc", reason="needs pipecat-ai's webrtc extra (aiortc)")
 
 FRAMEWORK = "pipecat-flows"
-CAPTURE_TOLERANCE_US = 5_000  # first speech ends when the new node's first audio is written
 ARRIVAL_SECONDS = 5.0
 HEARD_DELAY = "agent_handoff.first_speech.heard_delay"
 PACKET = "agent_handoff.downlink.packet_duration"
 MISSING = "agent_handoff.first_speech.heard_delay_missing"
-UNATTRIBUTED = "agent_handoff.unattributed.duration"
-JITTER = "agent_handoff.downlink.jitter"
 ROUND_TRIP = "agent_handoff.downlink.round_trip_time"
 
 # one breath each (a pause would end the turn early), of different lengths
@@ -95,8 +96,8 @@ AIORTC, BROWSER = False, True  # the caller: aiortc's (caller.py) or Chromium (b
 RUNS = {
     "stt": (CALLS, UNSHAPED, AIORTC, {}),
     "silero": (CALLS[:1], UNSHAPED, AIORTC, {"BOT_VAD": "silero"}),
-    "aiortc-60ms": (CALLS[:2], MOBILE, AIORTC, {}),
-    "aiortc-200ms": (CALLS[:2], FAR, AIORTC, {}),
+    # aiortc's caller on the shaped links is not run: its fixed buffer holds it only to "no sooner"
+    # (docs/pipecat.md), and Chromium, the caller the model describes, runs every link
     "browser": (CALLS, UNSHAPED, BROWSER, {}),
     "browser-60ms": (CALLS, MOBILE, BROWSER, {}),
     "browser-200ms": (CALLS, FAR, BROWSER, {}),
@@ -253,10 +254,7 @@ def test_named_phases_cover_nine_tenths_of_the_transition(run: Deployment) -> No
     problems = []
     for call in run.calls:
         span = handoff(call)
-        unattributed = span["attributes"].get(UNATTRIBUTED, 0.0) * 1e6
-        print(f"\n{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
-        if unattributed > 0.1 * span["duration_us"]:
-            problems.append(f"{call.id}: {unattributed:.0f} of {span['duration_us']} µs unattributed")
+        problems += unnamed_problems(call.id, span, phases_of(call.spans, span))
     assert not problems, "\n".join(problems)
 
 
@@ -274,13 +272,6 @@ def heard_delays(run: Deployment) -> list[tuple[CallRecord, dict[str, Any], floa
         measured = (call.caller["first_heard_ns"][SECOND_NODE] - written_ns(run, call)) / 1e9
         found.append((call, first_speech(call)["attributes"], measured))
     return found
-
-
-def tolerance(attributes: dict[str, Any]) -> float:
-    """How far the estimate may be from what a browser heard (docs/pipecat.md, what the caller
-    hears): 30 ms, and the spread of the one round trip the estimate halves: 1.5 times the jitter
-    the caller reports, the extent of a delay uniform in ±J whose reported jitter is 2J/3."""
-    return HEARD_TOLERANCE_S + LINK_SPREAD * attributes.get(JITTER, 0.0)
 
 
 def test_every_first_speech_has_an_estimate_or_says_why(run: Deployment) -> None:
@@ -337,12 +328,9 @@ def test_heard_delay_matches_a_browser(run: Deployment) -> None:
             f"\n{call.id}: {HEARD_DELAY} {estimated * 1000:.1f} ms, heard {measured * 1000:.1f} ms"
             f" ({off * 1000:+.1f}, allowed ±{allowed * 1000:.1f}); the bot's stalls {stalled}"
         )
-        if off > allowed or (not stalled and off < -allowed):
-            problems.append(
-                f"{call.id}: {HEARD_DELAY} {estimated * 1000:.1f} ms, the browser heard"
-                f" {measured * 1000:.1f} ms ({off * 1000:+.1f} ms, allowed ±{allowed * 1000:.1f});"
-                f" the bot's audio stalled {stalled}"
-            )
+        problem = heard_problem(call.id, estimated, measured, allowed, stalled)
+        if problem is not None:
+            problems.append(problem)
     assert not problems, "\n".join(problems)
 
 

@@ -153,3 +153,56 @@ async def test_uninstrument_leaves_no_wrapper_handler_or_filter(instrument: Any,
     plain = await pw.run_workers({"triage": TRIAGE, "billing": BILLING}, SAYS, until_active="billing")
     assert plain.active == {"triage": False, "billing": True}
     assert len(spans.handoffs()) == 1  # nothing more once uninstrumented
+
+
+async def test_a_frame_awaited_leaves_the_apps_handler_and_filter_as_they_were() -> None:
+    from pipecat.frames.frames import LLMTextFrame, TTSAudioRawFrame
+    from pipecat.pipeline.pipeline import Pipeline
+
+    from otel_handoff.pipecat._frames import DOWNSTREAM, FrameAwaited
+
+    worker = PipelineWorker(Pipeline([]))
+    handlers = worker._event_handlers["on_frame_reached_downstream"].handlers
+    arrived: list[Any] = []
+    audio = TTSAudioRawFrame(audio=b"\0\0", sample_rate=16000, num_channels=1)
+
+    # alone on the event: our handler and type while awaited, then nothing of ours
+    awaited = FrameAwaited(worker, DOWNSTREAM, (TTSAudioRawFrame,), lambda now, frame: arrived.append(frame))
+    assert awaited.listening and worker.reached_downstream_types == (TTSAudioRawFrame,)
+    await handlers[0](worker, LLMTextFrame("not awaited"))
+    await handlers[0](worker, audio)
+    assert arrived == [audio] and handlers == [] and worker.reached_downstream_types == ()
+
+    # the app's handler filters text: our audio would reach it, so nothing is awaited
+    async def apps(_: Any, frame: Any) -> None:
+        pass
+
+    worker.add_event_handler("on_frame_reached_downstream", apps)
+    worker.set_reached_downstream_filter((LLMTextFrame,))
+    refused = FrameAwaited(worker, DOWNSTREAM, (TTSAudioRawFrame,), lambda now, frame: None)
+    assert not refused.listening
+    refused.stop()
+    assert handlers == [apps] and worker.reached_downstream_types == (LLMTextFrame,)
+
+    # its filter holds our type already: awaited beside it, and its filter left as it was
+    beside = FrameAwaited(worker, DOWNSTREAM, (LLMTextFrame,), lambda now, frame: None)
+    assert beside.listening and len(handlers) == 2
+    beside.stop()
+    assert handlers == [apps] and worker.reached_downstream_types == (LLMTextFrame,)
+
+
+def test_finding_a_tts_imports_no_module_the_app_did_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pipecat's TTS module warns of a deprecated class as it is imported: an app without a TTS
+    never imports it, and neither do we."""
+    import sys
+
+    from pipecat.processors.frame_processor import FrameProcessor
+
+    from otel_handoff.pipecat import _workers
+
+    class Plain(FrameProcessor):
+        pass
+
+    monkeypatch.delitem(sys.modules, "pipecat.services.tts_service")
+    assert not _workers._kind(Plain) & _workers._TTS
+    assert "pipecat.services.tts_service" not in sys.modules

@@ -18,6 +18,9 @@ SPAN_CLOSE = "agent_handoff.close"
 SPAN_START = "agent_handoff.start"
 SPAN_RESUME = "agent_handoff.resume"
 SPAN_ON_ENTER = "agent_handoff.on_enter"
+SPAN_LOOP_WAIT = "agent_handoff.loop_wait"
+SPAN_PREPARE = "agent_handoff.prepare"
+SPAN_SWITCH = "agent_handoff.switch"
 SPAN_REALTIME_UPDATE = "agent_handoff.realtime_update"
 SPAN_RECONNECT = "agent_handoff.reconnect"
 SPAN_FIRST_SPEECH = "agent_handoff.first_speech"
@@ -53,6 +56,9 @@ CLOSE_DURATION = "agent_handoff.close.duration"
 START_DURATION = "agent_handoff.start.duration"
 RESUME_DURATION = "agent_handoff.resume.duration"
 ON_ENTER_DURATION = "agent_handoff.on_enter.duration"
+LOOP_WAIT_DURATION = "agent_handoff.loop_wait.duration"
+PREPARE_DURATION = "agent_handoff.prepare.duration"
+SWITCH_DURATION = "agent_handoff.switch.duration"
 DURATION = "agent_handoff.duration"
 # the handoff's time no phase covers (1 ms or more in all): phases and it account for the span
 UNATTRIBUTED_DURATION = "agent_handoff.unattributed.duration"
@@ -113,6 +119,15 @@ UNREACHABLE_METRIC_ATTRIBUTES = (FRAMEWORK, FROM_AGENT_NAME)
 PHASE_QUEUE_WAIT = "queue_wait"
 PHASE_LOCK_WAIT = "lock_wait"
 PHASE_ON_ENTER = "on_enter"
+# LiveKit: a task of the handoff (its own, update_agent() spawned; the new agent's on_enter)
+# waiting for the event loop to run its first step
+PHASE_LOOP_WAIT = "loop_wait"
+# LiveKit: _update_activity, the session lock held, before the old agent leaves (the new
+# AgentActivity made, LiveKit's update_agent span started)
+PHASE_PREPARE = "prepare"
+# LiveKit: the old activity gone to the new one's start: the session's activity switched, the
+# AgentHandoff item added, conversation_item_added emitted (the app's handlers run there)
+PHASE_SWITCH = "switch"
 
 # --- values ----------------------------------------------------------------------------
 FRAMEWORK_LIVEKIT = "livekit-agents"
@@ -404,6 +419,7 @@ class PhaseSpec:
 # in display order: the order a handoff goes through them, whatever the framework
 PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_QUEUE_WAIT, SPAN_QUEUE_WAIT, QUEUE_WAIT_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_LOOP_WAIT, SPAN_LOOP_WAIT, LOOP_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_LOCK_WAIT, SPAN_LOCK_WAIT, LOCK_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_HANDLER, SPAN_HANDLER, HANDLER_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_TOOL, SPAN_TOOL, TOOL_DURATION, ROLE_WORK),
@@ -414,9 +430,11 @@ PHASE_REGISTRY: tuple[PhaseSpec, ...] = (
     PhaseSpec(PHASE_SETTINGS, SPAN_SETTINGS, SETTINGS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_FUNCTION_CALL_WAIT, SPAN_FUNCTION_CALL_WAIT, FUNCTION_CALL_WAIT_DURATION, ROLE_WAIT),
     PhaseSpec(PHASE_TRANSFER_DELAY, SPAN_TRANSFER_DELAY, TRANSFER_DELAY_DURATION, ROLE_WAIT),
+    PhaseSpec(PHASE_PREPARE, SPAN_PREPARE, PREPARE_DURATION, ROLE_WORK),
     PhaseSpec(DRAIN, SPAN_DRAIN, DRAIN_DURATION, ROLE_WORK, "drain_agent_activity"),
     PhaseSpec(PAUSE, SPAN_PAUSE, PAUSE_DURATION, ROLE_WORK, "pause_agent_activity"),
     PhaseSpec(CLOSE, SPAN_CLOSE, CLOSE_DURATION, ROLE_WORK),
+    PhaseSpec(PHASE_SWITCH, SPAN_SWITCH, SWITCH_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_PRE_ACTIONS, SPAN_PRE_ACTIONS, PRE_ACTIONS_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_SUMMARY, SPAN_SUMMARY, SUMMARY_DURATION, ROLE_WORK),
     PhaseSpec(PHASE_CONTEXT_UPDATE, SPAN_CONTEXT_UPDATE, CONTEXT_UPDATE_DURATION, ROLE_WORK),

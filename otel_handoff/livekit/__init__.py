@@ -8,7 +8,8 @@ Usage::
 
 Every handoff (a tool returning an Agent, ``session.update_agent()``, an AgentTask
 starting or handing back) becomes one ``agent_handoff`` span with children for the queue
-wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``. Where
+wait, lock waits, drain/pause, close, start/resume and the new agent's ``on_enter``, and for
+LiveKit's steps between them (the tasks' waits for the loop, prepare, switch). Where
 LiveKit spans the handoff itself (its ``update_agent``, 1.8.2+), ``agent_handoff`` is that span's
 parent and the phases LiveKit's spans show are durations on it, not spans again.
 """

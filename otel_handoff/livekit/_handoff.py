@@ -114,7 +114,9 @@ class LiveKitHandoff:
         "_session",
         "_to_agent",
         "ended",
+        "entered_ns",
         "from_agent",
+        "left_ns",
         "livekit_open",
         "livekit_pending",
         "lock_end_ns",
@@ -127,6 +129,7 @@ class LiveKitHandoff:
         "realtime_session",
         "record",
         "reused",
+        "started_ns",
         "started_phases",
         "stt_blocked",
         "telemetry",
@@ -157,6 +160,11 @@ class LiveKitHandoff:
         self.lock_wait_ns = 0
         self.lock_end_ns = 0  # the end of the last lock wait
         self.started_phases: set[str] = set()
+        # where the steps between the phases begin: `_update_activity` entered, the old activity
+        # left (its drain, close or pause ended), the new one started or resumed; 0 until then
+        self.entered_ns = 0
+        self.left_ns = 0
+        self.started_ns = 0
         self.previous_activity = previous_activity
         self.new_activity = new_activity
         self.ended = False
@@ -211,12 +219,16 @@ class LiveKitHandoff:
         """Is ``activity`` the one this handoff drained or paused?"""
         return self._old_activity is not None and self._old_activity() is activity
 
-    def bind(self, previous_activity: str, new_activity: str) -> None:
-        """`_update_activity` was entered: the queue wait, if any, is over."""
+    def bind(self, previous_activity: str, new_activity: str, *, requested: bool = False) -> None:
+        """`_update_activity` was entered: the queue wait, if any, is over; else, for a handoff
+        ``requested`` through `update_agent()`, its task's wait for the event loop."""
         self.previous_activity = previous_activity
         self.new_activity = new_activity
+        self.entered_ns = now = time.time_ns()
         if self.queued:
-            self.record.phases.append(PhaseRecord(sc.PHASE_QUEUE_WAIT, self.record.start_ns, time.time_ns()))
+            self.record.phases.append(PhaseRecord(sc.PHASE_QUEUE_WAIT, self.record.start_ns, now))
+        elif requested:
+            self.record.phases.append(PhaseRecord(sc.PHASE_LOOP_WAIT, self.record.start_ns, now))
 
     # --- waits and phases ----------------------------------------------------------
     def record_lock_wait(self, lock: str, start_ns: int, end_ns: int) -> None:
@@ -233,27 +245,36 @@ class LiveKitHandoff:
         """
         if self.ended or phase in self.started_phases:
             return None
+        now = time.time_ns()
         if phase == sc.CLOSE:
             if self._old_activity is None or self._old_activity() is not activity:
                 return None
         elif phase in (sc.START, sc.RESUME):
             if activity.agent is not self._to_agent():
                 return None
+            self._step(sc.PHASE_SWITCH, self.left_ns, now)
         else:  # drain / pause: the activity actually left
             if self._old_activity is not None:
                 return None
             self._old_activity = weakref.ref(activity)
             self.from_agent = (activity.agent.label, agent_id(activity.agent))
+            self._step(sc.PHASE_PREPARE, max(self.entered_ns, self.lock_end_ns), now)
         self.started_phases.add(phase)
         if reuse_resources is None:
-            return PhaseMark(phase, time.time_ns(), self.lock_wait_ns)
+            return PhaseMark(phase, now, self.lock_wait_ns)
         # snapshot now: `_start_session` clears the fields as ownership moves
         reused = Reuse(
             stt=getattr(reuse_resources, "stt_pipeline", None) is not None,
             realtime_session=getattr(reuse_resources, "rt_session", None) is not None,
             turn_detector=getattr(reuse_resources, "turn_detector_stream", None) is not None,
         )
-        return PhaseMark(phase, time.time_ns(), self.lock_wait_ns, reused)
+        return PhaseMark(phase, now, self.lock_wait_ns, reused)
+
+    def _step(self, phase: str, start_ns: int, end_ns: int) -> None:
+        """LiveKit's work between two of the phases above, from where the one before ended (its
+        start unknown: 0, the step is not recorded)."""
+        if start_ns and end_ns > start_ns:
+            self.record.phases.append(PhaseRecord(phase, start_ns, end_ns))
 
     def end_phase(self, mark: PhaseMark, error: BaseException | None) -> None:
         end_ns = time.time_ns()
@@ -264,7 +285,10 @@ class LiveKitHandoff:
         begin = max(start_ns + waited, self.lock_end_ns) if waited else start_ns
         failure = None if error is None else kept_error(error)
         self.record.phases.append(PhaseRecord(phase, min(end_ns, begin), end_ns, None, failure))
-        if error is None and phase in (sc.START, sc.RESUME):
+        if phase not in (sc.START, sc.RESUME):
+            self.left_ns = end_ns
+        elif error is None:
+            self.started_ns = end_ns
             self.reused = reused
             self.end(sc.OUTCOME_COMPLETED)
 
@@ -381,6 +405,8 @@ class LiveKitHandoff:
         if self._emitted is not None:  # an on_enter the handoff did not wait for
             emit_late_phase(self.telemetry, self._emitted, phase)
             return
+        if self.on_enter_pending:  # the task it runs in waited for the loop since the start ended
+            self._step(sc.PHASE_LOOP_WAIT, self.started_ns, start_ns)
         self.record.phases.append(phase)
         if self.on_enter_pending:
             self.on_enter_pending = False

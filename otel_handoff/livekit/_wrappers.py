@@ -349,7 +349,7 @@ def _begin_update_activity(
     if pending is not None:
         PENDING_HANDOFF.set(None)  # tasks spawned from here on must not see it
         if pending.is_for(session) and not pending.ended:
-            pending.bind(previous_activity, new_activity)
+            pending.bind(previous_activity, new_activity, requested=True)
             return pending
     agent = args[0] if args else kwargs["agent"]
     if previous_activity == sc.PAUSE or new_activity == sc.RESUME:

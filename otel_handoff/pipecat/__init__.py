@@ -46,6 +46,7 @@ _TYPES = "pipecat.flows.types"
 _OUTPUT = "pipecat.transports.base_output"
 
 _SPEECH = "_bot_started_speaking"
+_SPEECH_STOPPED = "_bot_stopped_speaking"
 
 __all__ = ["PipecatFlowsHandoffInstrumentor", "PipecatHandoffInstrumentor"]
 
@@ -59,13 +60,13 @@ def _wrap_points(telemetry: Any) -> list[WrapPoint]:
     helper = (
         [(_MANAGER, "warn_deprecated", attributed_warn_helper)] if hasattr(manager, "warn_deprecated") else []
     )
-    # when the output transport starts a run of the bot's speech (once a run, never per frame)
+    # when the output transport starts and ends a run of the bot's speech (once a run, never per frame)
     sender = getattr(importlib.import_module(_OUTPUT).BaseOutputTransport, "MediaSender", None)
-    speech = (
-        [(_OUTPUT, f"BaseOutputTransport.MediaSender.{_SPEECH}", with_telemetry(w.wrap_speech, telemetry))]
-        if callable(getattr(sender, _SPEECH, None))
-        else []
-    )
+    speech = [
+        (_OUTPUT, f"BaseOutputTransport.MediaSender.{name}", with_telemetry(wrapper, telemetry))
+        for name, wrapper in ((_SPEECH, w.wrap_speech), (_SPEECH_STOPPED, w.wrap_speech_stopped))
+        if callable(getattr(sender, _SPEECH, None)) and callable(getattr(sender, name, None))
+    ]
     return [
         *helper,
         *speech,

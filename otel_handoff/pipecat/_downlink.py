@@ -1,10 +1,11 @@
 """The bot's audio on a ``SmallWebRTCTransport`` (aiortc, peer to peer), and what WebRTC reports of
 its way to the caller.
 
-Read once per transition, when the bot first speaks in the new node: the statistics of the peer
-connection's audio sender (its RTCP receiver reports: round-trip time, jitter, loss) and the
-negotiated codec become a :class:`~otel_handoff.core.heard.Downlink`, the model every framework
-shares. A pipeline without that transport (Daily, a websocket, an offline run) has nothing read.
+Read once per handoff (a Flows transition, a worker handoff), when the bot first speaks after it:
+the statistics of the peer connection's audio sender (its RTCP receiver reports: round-trip time,
+jitter, loss) and the negotiated codec become a :class:`~otel_handoff.core.heard.Downlink`, the
+model every framework shares. A pipeline without that transport (Daily, a websocket, an offline
+run) has nothing read.
 """
 
 from __future__ import annotations
@@ -13,14 +14,82 @@ import asyncio
 import dataclasses
 import sys
 import time
+import weakref
 from typing import Any
 
 from ..core import schema as sc
+from ..core.emit import Emitted, emit_linked
+from ..core.faults import guard, report
 from ..core.heard import Downlink
+from ..core.heard import attributes as downlink_attributes
+from ..core.record import PhaseRecord
+from ..core.spans import HandoffTelemetry
 
 STATS_TIMEOUT_SECONDS = 1.0  # the first_speech span waits at most this long for them
 ICE_TIMEOUT_SECONDS = 1.0  # and at most this long more for the ICE pair's round trip
 _TRANSPORT = "pipecat.transports.smallwebrtc.transport"
+
+
+# output transport (a processor) -> when its media sender last started (its first write) or ended
+# (its last audio written) a run of the bot's speech: noted by the Flows part's wrappers of
+# ``MediaSender._bot_started_speaking`` and ``_bot_stopped_speaking``, once a run
+_SPEECH_STARTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_SPEECH_STOPPED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def note_speech_started(media_sender: Any, now_ns: int) -> None:
+    _SPEECH_STARTED[media_sender._transport] = now_ns
+
+
+def note_speech_stopped(media_sender: Any, now_ns: int) -> None:
+    _SPEECH_STOPPED[media_sender._transport] = now_ns
+
+
+def speech_started_ns(worker: Any) -> int | None:
+    """When an output transport of the worker's pipeline last started a run of speech, if known."""
+    return _latest(_SPEECH_STARTED, worker)
+
+
+def speech_stopped_ns(worker: Any) -> int | None:
+    """When an output transport of the worker's pipeline last ended a run of speech, if known."""
+    return _latest(_SPEECH_STOPPED, worker)
+
+
+def _latest(marks: weakref.WeakKeyDictionary[Any, int], worker: Any) -> int | None:
+    if worker is None or not marks:
+        return None
+    found = [marks.get(p) for p in processors(getattr(worker, "pipeline", None))]
+    return max((ns for ns in found if ns is not None), default=None)
+
+
+# first speech spans waiting for their transport's statistics (a task nobody holds can vanish)
+_READING: set[asyncio.Task[None]] = set()
+
+
+def emit_first_speech(telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord, worker: Any) -> None:
+    """The handoff's ``first_speech``, linked to it: at once, or, where ``worker``'s pipeline outputs
+    to a WebRTC transport, with what the caller hears, its statistics read in a task off the audio
+    path (at most :data:`STATS_TIMEOUT_SECONDS`, then :data:`ICE_TIMEOUT_SECONDS`, later)."""
+    found = audio_sender(worker) if worker is not None else None
+    if found is None:
+        emit_linked(telemetry, emitted, phase)
+        return
+    task = asyncio.get_running_loop().create_task(
+        _with_downlink(telemetry, emitted, phase, *found), name="otel_handoff_first_speech"
+    )
+    _READING.add(task)
+    task.add_done_callback(_READING.discard)
+
+
+async def _with_downlink(
+    telemetry: HandoffTelemetry, emitted: Emitted, phase: PhaseRecord, sender: Any, pc: Any
+) -> None:
+    try:
+        phase.attributes = downlink_attributes(await read_downlink(sender, pc))
+    except Exception as exc:  # the span goes without them
+        report("first speech statistics", exc)
+    finally:
+        guard("first speech", emit_linked, telemetry, emitted, phase)
 
 
 def audio_sender(worker: Any) -> tuple[Any, Any] | None:

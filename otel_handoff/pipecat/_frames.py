@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ..core.faults import guard
+from ..core.faults import report
 
 DOWNSTREAM = ("on_frame_reached_downstream", "reached_downstream_types", "set_reached_downstream_filter")
 UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_upstream_filter")
@@ -25,7 +25,7 @@ UPSTREAM = ("on_frame_reached_upstream", "reached_upstream_types", "set_reached_
 class FrameAwaited:
     """The first frame of ``types`` at one edge of ``worker``: ``arrived(now_ns, frame)`` once."""
 
-    __slots__ = ("_added", "_event", "_handler", "_set_filter", "_types", "_worker", "arrived", "listening")
+    __slots__ = ("_added", "_edge", "_handler", "_worker", "arrived", "listening")
 
     def __init__(
         self,
@@ -34,31 +34,33 @@ class FrameAwaited:
         types: tuple[type, ...],
         arrived: Callable[[int, Any], None],
     ) -> None:
-        self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
-        self._event, filter_property, self._set_filter = edge
-        self._types = types
         self.arrived = arrived
         self.listening = False
-        self._added: tuple[type, ...] = ()
-        current = tuple(getattr(worker, filter_property))
-        registered = getattr(worker, "_event_handlers", {}).get(self._event)
-        handlers = getattr(registered, "handlers", None)
-        if registered is None or not isinstance(handlers, list):
+        registered = getattr(worker, "_event_handlers", None)
+        handlers = getattr(registered.get(edge[0]) if registered else None, "handlers", None)
+        if handlers.__class__ is not list:
             return  # a worker without the event (or whose handlers we cannot read): we do not guess
-        if handlers and not all(issubclass(t, current) for t in types):
+        current = getattr(worker, edge[1])
+        added = tuple(t for t in types if not issubclass(t, current)) if current else types
+        if handlers and added:
             return  # the app's handler would be handed our frames too
+        self._worker = weakref.ref(worker)  # a handoff awaiting it must not keep the worker alive
+        self._edge = edge
+        self._added = added
 
         async def handler(_: Any, frame: Any) -> None:
-            if self.listening and isinstance(frame, self._types):
+            if self.listening and isinstance(frame, types):
                 now = time.time_ns()
                 self.stop()
-                guard("a frame awaited", self.arrived, now, frame)
+                try:
+                    self.arrived(now, frame)
+                except Exception as exc:
+                    report("a frame awaited", exc)
 
         self._handler = handler
-        self._added = tuple(t for t in types if not issubclass(t, current))
-        worker.add_event_handler(self._event, handler)
-        if self._added:
-            getattr(worker, self._set_filter)((*current, *self._added))
+        worker.add_event_handler(edge[0], handler)
+        if added:
+            getattr(worker, edge[2])((*current, *added))
         self.listening = True
 
     def stop(self) -> None:
@@ -69,10 +71,8 @@ class FrameAwaited:
         worker = self._worker()
         if worker is None:
             return
-        worker.remove_event_handler(self._event, self._handler)
+        event, filter_property, set_filter = self._edge
+        worker.remove_event_handler(event, self._handler)
         if self._added:
-            filter_property = (
-                "reached_downstream_types" if self._event == DOWNSTREAM[0] else "reached_upstream_types"
-            )
-            kept = [t for t in getattr(worker, filter_property) if t not in self._added]
-            getattr(worker, self._set_filter)(tuple(kept))
+            added = self._added
+            getattr(worker, set_filter)(tuple(t for t in getattr(worker, filter_property) if t not in added))

@@ -30,7 +30,7 @@ from pipecat.observers.base_observer import BaseObserver
 
 from ..core.faults import guard
 from ..core.shapes import code_names
-from ._downlink import processors
+from ._downlink import speech_started_ns
 from ._transition import FlowState, FlowsTelemetry
 
 _LOG = logging.getLogger(__name__)
@@ -79,14 +79,6 @@ def source_events_carry_frames() -> bool:
     ) and isinstance(getattr(PipelineWorker, "reached_upstream_types", None), property)
 
 
-# output transport (a processor) -> when its media sender last started a run of the bot's speech
-_SPEECH_STARTED: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-
-
-def note_speech_started(media_sender: Any, now_ns: int) -> None:
-    _SPEECH_STARTED[media_sender._transport] = now_ns
-
-
 class WorkerWatch:
     """Our ``on_pipeline_finished`` handler on one worker and, while speech is awaited, our
     ``on_frame_reached_upstream`` handler (or, where the app's own handler would see more, our
@@ -130,11 +122,7 @@ class WorkerWatch:
 
     def speech_started_ns(self) -> int | None:
         """When an output transport of the worker's pipeline last started a run of speech."""
-        worker = self._worker()
-        if worker is None or not _SPEECH_STARTED:
-            return None
-        found = [_SPEECH_STARTED.get(p) for p in processors(getattr(worker, "pipeline", None))]
-        return max((ns for ns in found if ns is not None), default=None)
+        return speech_started_ns(self._worker())
 
     def await_speech(self) -> None:
         """A transition ended: watch for the bot's speech in the new node."""

@@ -8,7 +8,6 @@ made current, whatever the pipeline does meanwhile.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -18,12 +17,10 @@ from opentelemetry import context as otel_context
 
 from ..core import schema as sc
 from ..core.conversation import Conversation
-from ..core.emit import Emitted, emit_linked
-from ..core.faults import guard, report
-from ..core.heard import attributes as downlink_attributes
+from ..core.emit import Emitted
 from ..core.record import PhaseRecord
 from ..core.spans import HandoffTelemetry
-from ._downlink import audio_sender, read_downlink
+from ._downlink import emit_first_speech
 
 
 @dataclass
@@ -67,21 +64,6 @@ def _conversation_id(flow_manager: Any) -> str | None:
     """The conversation id the app gave its ``PipelineWorker`` (Pipecat's own spans carry it)."""
     value = getattr(getattr(flow_manager, "_worker", None), "_conversation_id", None)
     return value if isinstance(value, str) and value else None
-
-
-# first speech spans waiting for their transport's statistics (a task nobody holds can vanish)
-_READING: set[asyncio.Task[None]] = set()
-
-
-async def _link_with_downlink(
-    telemetry: FlowsTelemetry, emitted: Emitted, phase: PhaseRecord, sender: Any, pc: Any
-) -> None:
-    try:
-        phase.attributes = downlink_attributes(await read_downlink(sender, pc))
-    except Exception as exc:  # the span goes without them
-        report("first speech statistics", exc)
-    finally:
-        guard("first speech", emit_linked, telemetry, emitted, phase)
 
 
 class FlowState:
@@ -150,16 +132,7 @@ class FlowState:
         if started is not None and t.set_ns <= started <= now_ns:
             now_ns = started  # the output transport's start of this run of speech: its first write
         phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, t.start_ns, max(now_ns, t.start_ns))
-        found = audio_sender(worker) if worker is not None else None
-        if found is None:
-            emit_linked(self.telemetry, t.emitted, phase)
-            return
-        # a WebRTC transport: what the caller hears, from its statistics, read off the audio path
-        task = asyncio.get_running_loop().create_task(
-            _link_with_downlink(self.telemetry, t.emitted, phase, *found), name="otel_handoff_first_speech"
-        )
-        _READING.add(task)
-        task.add_done_callback(_READING.discard)
+        emit_first_speech(self.telemetry, t.emitted, phase, worker)
 
     def finish(self, now_ns: int) -> None:
         """The conversation ended (or tracing stopped): nothing stays open or pending."""

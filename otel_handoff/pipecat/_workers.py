@@ -8,7 +8,9 @@ sets the worker inactive and sends ``BusDeactivateWorkerMessage`` and ``BusActiv
 on the bus; the target's bus task hands the latter to ``_handle_worker_activate``, and
 ``_maybe_activate`` runs its ``on_activated`` (an ``LLMWorker`` queues its tools and the activation's
 messages). The session's assistant aggregator then holds the new model call until the old worker's
-audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline.
+audio has stopped (1.13 and later), and the new worker's first output leaves its pipeline. A
+transport's output (a real call's) plays the old audio before it lets the drain's flush probe
+through: there the wait for the old audio is inside the drain, before its rest.
 
 Each wrapper takes timestamps only; the handoff becomes one record, emitted by the process that
 sees its end (the target's): handler, drain, bus crossing, setup, the wait for the old audio, first
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import sys
 import time
 import weakref
 from contextvars import ContextVar
@@ -33,15 +36,23 @@ from typing import Any, NamedTuple
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from pipecat.bus.adapters.base import TypeAdapter
+from pipecat.frames import frames as pipecat_frames
+from pipecat.frames.frames import (
+    BotStartedSpeakingFrame,
+    BotStoppedSpeakingFrame,
+    LLMTextFrame,
+    TTSAudioRawFrame,
+)
 
 from ..core import crossing
 from ..core import schema as sc
 from ..core.conversation import Conversation
-from ..core.emit import Emitted, emit, emit_linked
-from ..core.faults import guard
+from ..core.emit import Emitted, emit
+from ..core.faults import guard, report
 from ..core.record import HandoffRecord, PhaseRecord
 from ..core.shapes import code_names
 from ..core.spans import HandoffTelemetry
+from ._downlink import emit_first_speech, speech_started_ns, speech_stopped_ns
 from ._frames import DOWNSTREAM, UPSTREAM, FrameAwaited
 
 # the attribute an activation message carries a handoff in (the key of its JSON envelope)
@@ -74,6 +85,7 @@ class WorkerHandoff:
     asked_ns: int = 0  # the worker asked (``activate_worker``): the handler's end
     from_inactive: bool = False  # the worker had handed off already: its target is active beside
     conversation: Conversation | None = None  # the sender's (in its process)
+    conversation_id: str | None = None  # the sender's session's, carried to another process
     parent: otel_context.Context | None = None  # the sender's span, where the app traces one
     pending: int = 0  # id() of LLMWorker's held handover for this request (it holds the worker)
     awaited: list[FrameAwaited] = field(default_factory=list)
@@ -81,10 +93,14 @@ class WorkerHandoff:
     done: bool = False
     speech_ns: int = 0  # the session started speaking before the first output was seen
     outcome_completed: bool = False
+    stopped_ns: int = 0  # the drain's flush probe passed the session's output once the old audio ended
+    session: Any = None  # the session whose next speech is the first speech (weakly), once awaited
+    quiet_ns: int = 0  # when that speech was awaited from
 
     def phase(self, name: str, end_ns: int) -> None:
         """The phase that began at ``stage_ns`` ends at ``end_ns``; the next begins there."""
-        end_ns = max(end_ns, self.stage_ns)
+        if end_ns < self.stage_ns:
+            end_ns = self.stage_ns
         self.phases[name] = PhaseRecord(name, self.stage_ns, end_ns)
         self.stage_ns = end_ns
 
@@ -98,6 +114,7 @@ class WorkerHandoff:
         if parent is not None:
             crossing.inject(carrier, parent)
         carrier["handoff"] = {
+            "conversation_id": self.conversation.conversation_id if self.conversation else None,
             "start_ns": self.start_ns,
             "sent_ns": self.stage_ns,
             "from": self.from_worker,
@@ -127,6 +144,7 @@ def _received(carrier: dict[str, Any], to_worker: str) -> WorkerHandoff | None:
         stage_ns=int(sent["sent_ns"]),
         from_inactive=bool(sent.get("from_inactive")),
         parent=crossing.extract(carrier),
+        conversation_id=sent.get("conversation_id") if isinstance(sent.get("conversation_id"), str) else None,
     )
     for name, start_ns, end_ns in sent.get("phases") or ():
         if name in sc.PHASES:
@@ -147,6 +165,7 @@ class WorkersTelemetry(HandoffTelemetry):
     activating: weakref.WeakKeyDictionary[Any, WorkerHandoff] = field(
         default_factory=weakref.WeakKeyDictionary
     )
+    deferred: int = 0  # activations held in ``activating`` (an upper bound: their workers may be gone)
     awaiting: weakref.WeakKeyDictionary[Any, WorkerHandoff] = field(default_factory=weakref.WeakKeyDictionary)
     adapter: Any = None  # our JSONMessageSerializer adapter for activations
     shapes: weakref.WeakKeyDictionary[Any, Any] = field(default_factory=weakref.WeakKeyDictionary)
@@ -159,12 +178,22 @@ class WorkersTelemetry(HandoffTelemetry):
         self.adapter = CarryingAdapter(self)
         self.holds_context = _holds_context()
 
-    def conversation(self, bus: Any) -> Conversation:
-        """One conversation per bus (a session's workers share one): its handoffs' count and root."""
+    def conversation(self, bus: Any, worker: Any) -> Conversation:
+        """One conversation per bus (a session's workers share one): its handoffs' count and root,
+        and the conversation id the app gave its session's ``PipelineWorker`` (Pipecat's own spans
+        carry it), if the session is in this process."""
         found = self.conversations.get(bus)
         if found is None:
-            found = self.conversations[bus] = Conversation(self, time.time_ns(), otel_context.Context())
+            found = self.conversations[bus] = Conversation(
+                self, time.time_ns(), otel_context.Context(), _conversation_id(self, worker)
+            )
         return found
+
+
+def _conversation_id(telemetry: WorkersTelemetry, worker: Any) -> str | None:
+    session = _session(telemetry, worker)[0]
+    value = getattr(session() if session is not None else None, "_conversation_id", None)
+    return value if isinstance(value, str) and value else None
 
 
 _CALL: ContextVar[_ToolCall | None] = ContextVar("otel_handoff_workers_call", default=None)
@@ -219,16 +248,22 @@ async def wrap_request(
 ) -> Any:
     """``LLMWorker.activate_worker``: a handoff asked for, held until the tool call is done."""
     target, deactivate = _deactivating(args, kwargs)
-    request = (
-        guard("activate_worker", _request, telemetry, instance, target) if deactivate and target else None
-    )
+    request = None
+    if deactivate and target:
+        try:  # inline, as on every step of a handoff's path below: no call layer per step
+            request = _request(telemetry, instance, target)
+        except Exception as exc:
+            report("activate_worker", exc)
     if request is None:
         return await wrapped(*args, **kwargs)
     before = getattr(instance, "_pending_handover", None)
     try:
         return await wrapped(*args, **kwargs)
     finally:
-        guard("activate_worker", _held, telemetry, instance, request, before)
+        try:
+            _held(telemetry, instance, request, before)
+        except Exception as exc:
+            report("activate_worker", exc)
 
 
 def _request(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHandoff | None:
@@ -245,7 +280,7 @@ def _new(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHandoff
     tool = call is not None and call.worker is worker
     now = time.time_ns()
     start_ns = call.start_ns if tool else now
-    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker)
+    conversation = telemetry.conversation(getattr(worker, "_bus", None) or worker, worker)
     return WorkerHandoff(
         start_ns=start_ns,
         from_worker=getattr(worker, "name", None),
@@ -295,9 +330,12 @@ async def wrap_handover(
 ) -> Any:
     """``PipelineWorker.activate_worker(target, deactivate_self=True)``: the drain, then the send."""
     target, deactivate = _deactivating(args, kwargs)
-    handoff = (
-        guard("activate_worker", _handing, telemetry, instance, target) if deactivate and target else None
-    )
+    handoff = None
+    if deactivate and target:
+        try:
+            handoff = _handing(telemetry, instance, target)
+        except Exception as exc:
+            report("activate_worker", exc)
     if handoff is None:
         return await wrapped(*args, **kwargs)
     token = _HANDING.set(handoff)
@@ -318,7 +356,37 @@ def _handing(telemetry: WorkersTelemetry, worker: Any, target: str) -> WorkerHan
     handoff.pending = 0
     if handoff.trigger == sc.TRIGGER_TOOL:
         handoff.phase(sc.PHASE_HANDLER, handoff.asked_ns or time.time_ns())
+    _watch_drain(telemetry, worker, handoff)
     return handoff
+
+
+def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) -> None:
+    """A transport's output queues the drain's flush probe behind the audio it still has to play (a
+    sync frame, in order): the drain then waits for the old worker's audio. The output ending its
+    run of speech during the drain (its last write, noted once a run), and only then the probe
+    reaching the session's sink, says so. Only where the session writes to a transport's output."""
+    shape = _shape(telemetry, worker)
+    session = shape.session() if shape.session is not None and shape.transport_output else None
+    if session is None:
+        return
+    through = FrameAwaited(
+        session,
+        DOWNSTREAM,
+        (pipecat_frames.PipelineFlushFrame,),
+        functools.partial(_probe_through, weakref.ref(worker), weakref.ref(session), handoff),
+    )
+    if through.listening:
+        handoff.awaited.append(through)
+
+
+def _probe_through(ref: Any, session_ref: Any, handoff: WorkerHandoff, now: int, probe: Any) -> None:
+    worker = ref()
+    if handoff.done or worker is None or sc.DRAIN in handoff.phases:
+        return
+    stopped = speech_stopped_ns(session_ref())
+    ours = getattr(probe, "origin", None) == worker.name
+    if ours and stopped is not None and handoff.stage_ns <= stopped <= now:
+        handoff.stopped_ns = stopped  # held at the output until the old audio had been written
 
 
 def _hand_on(telemetry: WorkersTelemetry, worker: Any) -> None:
@@ -348,7 +416,12 @@ def _failed(telemetry: WorkersTelemetry, handoff: WorkerHandoff, exc: BaseExcept
 async def wrap_send(telemetry: WorkersTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     """``BaseWorker.activate_worker``: deactivate self, send the activation (the bus crossing)."""
     target, deactivate = _deactivating(args, kwargs)
-    handoff = guard("activate_worker", _sending, telemetry, instance, target, deactivate) if target else None
+    handoff = None
+    if target:
+        try:
+            handoff = _sending(telemetry, instance, target, deactivate)
+        except Exception as exc:
+            report("activate_worker", exc)
     if handoff is None:
         return await wrapped(*args, **kwargs)
     token = _HANDING.set(handoff)
@@ -359,7 +432,10 @@ async def wrap_send(telemetry: WorkersTelemetry, wrapped: Any, instance: Any, ar
         raise
     finally:
         _HANDING.reset(token)
-    guard("activate_worker", _sent, telemetry, instance, handoff)
+    try:
+        _sent(telemetry, instance, handoff)
+    except Exception as exc:
+        report("activate_worker", exc)
     return result
 
 
@@ -373,6 +449,11 @@ def _sending(telemetry: WorkersTelemetry, worker: Any, target: str, deactivate: 
         _hand_on(telemetry, worker)
         handoff = _take_request(telemetry, worker, target)  # a bus-only worker hands off
     now = time.time_ns()
+    for awaited in handoff.awaited:  # the drain's probe, where it never reached the session
+        awaited.stop()
+    handoff.awaited.clear()
+    if handoff.stopped_ns:  # the drain waited for the old audio to end, then finished
+        handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, handoff.stopped_ns)
     handoff.phase(sc.DRAIN, now)
     handoff.from_inactive = not getattr(worker, "_active", True)
     return handoff
@@ -412,7 +493,12 @@ async def wrap_receive(
     """``BaseWorker._handle_worker_activate(message)``: the bus crossing ends, the setup begins."""
     message = args[0] if args else kwargs.get("message")
     carried = getattr(message, "__dict__", {}).pop(KEY, None) if message is not None else None
-    handoff = guard("activation", _receiving, telemetry, instance, carried) if carried is not None else None
+    handoff = None
+    if carried is not None:
+        try:
+            handoff = _receiving(telemetry, instance, carried)
+        except Exception as exc:
+            report("activation", exc)
     if handoff is None:
         return await wrapped(*args, **kwargs)
     try:
@@ -421,9 +507,13 @@ async def wrap_receive(
         guard("activation", _failed_setup, telemetry, handoff, exc)
         raise
     if getattr(instance, "_active", False):
-        guard("activation", _set_up, telemetry, instance, handoff)
+        try:
+            _set_up(telemetry, instance, handoff)
+        except Exception as exc:
+            report("activation", exc)
     else:  # not started yet: it activates once it starts (``_maybe_activate``)
         telemetry.activating[instance] = handoff
+        telemetry.deferred += 1
     return result
 
 
@@ -464,10 +554,13 @@ async def wrap_maybe_activate(
 ) -> Any:
     """``BaseWorker._maybe_activate``: a deferred activation runs once the worker starts."""
     result = await wrapped(*args, **kwargs)
-    if telemetry.activating and getattr(instance, "_active", False):
+    if telemetry.deferred and getattr(instance, "_active", False):
         handoff = telemetry.activating.pop(instance, None)
         if handoff is not None:
+            telemetry.deferred -= 1
             guard("activation", _set_up, telemetry, instance, handoff)
+        elif not telemetry.activating:
+            telemetry.deferred = 0  # the workers held were collected
     return result
 
 
@@ -478,18 +571,19 @@ def _set_up(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff) ->
     now = time.time_ns()
     handoff.phase(sc.PHASE_SETUP, now)
     telemetry.awaiting[worker] = handoff
-    speaking = _speaking_session(_shape(telemetry, worker))
-    if speaking is not None and telemetry.holds_context:
+    shape = _shape(telemetry, worker)
+    speaking = _speaking_session(shape)
+    if speaking is not None and telemetry.holds_context and sc.PHASE_AWAIT_OLD_AUDIO not in handoff.phases:
         awaited = FrameAwaited(
             speaking,
             UPSTREAM,
-            (_frames().BotStoppedSpeakingFrame,),
+            (BotStoppedSpeakingFrame,),
             functools.partial(_old_audio_stopped, telemetry, weakref.ref(worker), handoff),
         )
         if awaited.listening:
             handoff.awaited.append(awaited)
             return
-    _await_output(telemetry, worker, handoff, quiet=speaking is None)
+    _await_output(telemetry, worker, shape, handoff, quiet=speaking is None)
 
 
 def _old_audio_stopped(
@@ -499,14 +593,14 @@ def _old_audio_stopped(
     if handoff.done or worker is None:
         return
     handoff.phase(sc.PHASE_AWAIT_OLD_AUDIO, now)
-    _await_output(telemetry, worker, handoff, quiet=True)
+    _await_output(telemetry, worker, _shape(telemetry, worker), handoff, quiet=True)
 
 
-def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandoff, *, quiet: bool) -> None:
+def _await_output(
+    telemetry: WorkersTelemetry, worker: Any, shape: _Shape, handoff: WorkerHandoff, *, quiet: bool
+) -> None:
     """The new worker's first output; and, where the bot is quiet now, the session's next start of speech."""
-    frames = _frames()
-    shape = _shape(telemetry, worker)
-    kind = (frames.TTSAudioRawFrame,) if shape.has_tts else (frames.LLMTextFrame,)
+    kind = _AUDIO if shape.has_tts else _TEXT
     awaited = FrameAwaited(
         worker, DOWNSTREAM, kind, functools.partial(_first_output, telemetry, weakref.ref(worker), handoff)
     )
@@ -522,7 +616,7 @@ def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHando
         speech = FrameAwaited(
             session,
             UPSTREAM,
-            (frames.BotStartedSpeakingFrame,),
+            _SPEECH_STARTED,
             functools.partial(_first_speech, telemetry, handoff),
         )
         if speech.listening:
@@ -530,6 +624,7 @@ def _await_output(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHando
             if earlier is not None:
                 earlier.stop()  # a handoff whose new worker never spoke: no first speech for it
             telemetry.speech[session] = speech
+            handoff.session, handoff.quiet_ns = weakref.ref(session), time.time_ns()
 
 
 def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff, now: int, _: Any) -> None:
@@ -537,18 +632,27 @@ def _first_output(telemetry: WorkersTelemetry, ref: Any, handoff: WorkerHandoff,
     if handoff.done or worker is None:
         return
     handoff.phase(sc.PHASE_FIRST_OUTPUT, now)
-    if telemetry.awaiting.get(worker) is handoff:
-        del telemetry.awaiting[worker]
+    awaiting = telemetry.awaiting.pop(worker, None)
+    if awaiting is not None and awaiting is not handoff:
+        telemetry.awaiting[worker] = awaiting  # a later handoff's (this one's output came late)
     _finish(telemetry, handoff, now)
     if handoff.speech_ns:  # the speech started before this handler ran
         _first_speech(telemetry, handoff, handoff.speech_ns, None)
 
 
 def _first_speech(telemetry: WorkersTelemetry, handoff: WorkerHandoff, now: int, _: Any) -> None:
+    """The session started speaking: until its output transport's first write of it, where known
+    (the upstream ``BotStartedSpeakingFrame`` reaches the session's source some processors later);
+    on a WebRTC transport with what the caller hears."""
     if handoff.emitted is None:
         handoff.speech_ns = now  # emitted with the handoff, once its first output is seen
     elif handoff.outcome_completed:
-        emit_linked(telemetry, handoff.emitted, PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, now))
+        session = handoff.session() if handoff.session is not None else None
+        started = speech_started_ns(session)
+        if started is not None and handoff.quiet_ns <= started <= now:
+            now = started
+        phase = PhaseRecord(sc.PHASE_FIRST_SPEECH, handoff.start_ns, max(now, handoff.start_ns))
+        emit_first_speech(telemetry, handoff.emitted, phase, session)
 
 
 def _finish(
@@ -606,21 +710,30 @@ def _emit(
     parent = handoff.parent if handoff.parent is not None else otel_context.Context()
     end_ns = max(end_ns, handoff.start_ns)
     handoff.emitted = emit(
-        telemetry, HandoffRecord(start_ns=handoff.start_ns, end_ns=end_ns, parent=parent, **fields)
+        telemetry,
+        HandoffRecord(
+            start_ns=handoff.start_ns,
+            end_ns=end_ns,
+            parent=parent,
+            conversation_id=handoff.conversation_id,
+            **fields,
+        ),
     )
 
 
 def bus_stopped(telemetry: WorkersTelemetry, bus: Any) -> None:
     """The bus stopped: what still awaits its first output ends, and the conversation's root."""
     now = time.time_ns()
-    for worker, handoff in list(telemetry.awaiting.items()):
-        if getattr(worker, "_bus", None) is bus:
-            telemetry.awaiting.pop(worker, None)
-            _finish(telemetry, handoff, now, ended_by=ENDED_BY_BUS_STOPPED)
-    for session, speech in list(telemetry.speech.items()):
-        if getattr(session, "_bus", None) is bus:
-            telemetry.speech.pop(session, None)
-            speech.stop()
+    if telemetry.awaiting:
+        for worker, handoff in list(telemetry.awaiting.items()):
+            if getattr(worker, "_bus", None) is bus:
+                telemetry.awaiting.pop(worker, None)
+                _finish(telemetry, handoff, now, ended_by=ENDED_BY_BUS_STOPPED)
+    if telemetry.speech:
+        for session, speech in list(telemetry.speech.items()):
+            if getattr(session, "_bus", None) is bus:
+                telemetry.speech.pop(session, None)
+                speech.stop()
     conversation = telemetry.conversations.pop(bus, None)
     if conversation is not None:
         conversation.end(now)
@@ -638,10 +751,8 @@ async def wrap_bus_stop(
 
 
 # --- what this process has of the session ----------------------------------------------------------
-def _frames() -> Any:
-    from pipecat.frames import frames
-
-    return frames
+# the first output awaited: audio where the worker has a TTS, else text
+_AUDIO, _TEXT, _SPEECH_STARTED = (TTSAudioRawFrame,), (LLMTextFrame,), (BotStartedSpeakingFrame,)
 
 
 class _Shape(NamedTuple):
@@ -652,17 +763,26 @@ class _Shape(NamedTuple):
     aggregators: tuple[
         Any, ...
     ]  # its assistant aggregators (weakly): they hold the context while the bot speaks
+    transport_output: bool  # its pipeline writes to a transport's output (``BaseOutputTransport``)
 
 
 def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
     found = telemetry.shapes.get(worker)
     if found is None:
-        from pipecat.services.tts_service import TTSService
-
-        has_tts = any(isinstance(p, TTSService) for p in _processors(getattr(worker, "_pipeline", None)))
+        kinds = _contents((getattr(worker, "_pipeline", None),), [], 0, _TTS)
         session, aggregators = _session(telemetry, worker)
-        found = telemetry.shapes[worker] = _Shape(has_tts, session, aggregators)
+        output = _transport_output(session() if session is not None else None)
+        found = telemetry.shapes[worker] = _Shape(bool(kinds & _TTS), session, aggregators, output)
     return found
+
+
+def _transport_output(session: Any) -> bool:
+    """Does the session write to a transport's output (which plays its audio in order with the
+    drain's flush probe)? Not where no transport was ever imported, or no flush probe exists."""
+    output = getattr(sys.modules.get("pipecat.transports.base_output"), "BaseOutputTransport", None)
+    if session is None or output is None or not hasattr(pipecat_frames, "PipelineFlushFrame"):
+        return False
+    return any(isinstance(p, output) for p in _processors(getattr(session, "_pipeline", None)))
 
 
 def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -672,21 +792,24 @@ def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, 
     found = telemetry.sessions.get(bus) if bus is not None else None
     if found is not None and found[0] is not None and found[0]() is not None:
         return found
-    from pipecat.bus.bridge_processor import BusBridgeProcessor
-    from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
-
     found = (None, ())
     for other in _local_workers(worker):
         if other is worker or getattr(other, "_bridged", None) is not None:
             continue  # a bridged worker is an agent, not the session
-        inside = _processors(getattr(other, "_pipeline", None))
-        aggregators = tuple(p for p in inside if isinstance(p, LLMAssistantAggregator))
-        if aggregators and any(isinstance(p, BusBridgeProcessor) for p in inside):
+        aggregators: list[Any] = []
+        kinds = _contents((getattr(other, "_pipeline", None),), aggregators, 0, 0)
+        if aggregators and kinds & _BRIDGE:
             found = (weakref.ref(other), tuple(weakref.ref(a) for a in aggregators))
             break
     if bus is not None and found[0] is not None:
         telemetry.sessions[bus] = found
     return found
+
+
+# what a processor is, by its class, found once per class: a walk of a worker's pipeline (once per
+# worker) costs a dictionary look-up per processor, and descends only into compound ones
+_TTS, _AGGREGATOR, _BRIDGE, _COMPOUND = 1, 2, 4, 8
+_KINDS: dict[type, int] = {}
 
 
 def _processors(pipeline: Any) -> list[Any]:
@@ -699,6 +822,48 @@ def _processors(pipeline: Any) -> list[Any]:
             found.append(processor)
             stack.extend(getattr(processor, "processors", None) or ())
     return found
+
+
+def _contents(processors: Any, aggregators: list[Any], depth: int, enough: int) -> int:
+    """The kinds of processor in ``processors``, nested pipelines' too (all of them, or until those
+    of ``enough`` are found); their assistant aggregators into ``aggregators``."""
+    kinds = 0
+    for processor in processors:
+        kind = _KINDS.get(processor.__class__)
+        if kind is None:
+            kind = _kind(processor.__class__)
+        if kind:
+            if kind & _COMPOUND and depth < 32:
+                kind |= _contents(processor.processors or (), aggregators, depth + 1, enough)
+            if kind & _AGGREGATOR:
+                aggregators.append(processor)
+            kinds |= kind
+            if enough and kinds & enough == enough:
+                break
+    return kinds
+
+
+def _kind(cls: type) -> int:
+    from pipecat.bus.bridge_processor import BusBridgeProcessor
+    from pipecat.processors.aggregators.llm_response_universal import LLMAssistantAggregator
+    from pipecat.processors.frame_processor import FrameProcessor
+
+    # not imported where the app has not: its import warns of a deprecated class it defines, and a
+    # class can only be a TTS service once that module is loaded
+    tts = getattr(sys.modules.get("pipecat.services.tts_service"), "TTSService", None)
+    kind = 0
+    if issubclass(cls, FrameProcessor):
+        if tts is not None and issubclass(cls, tts):
+            kind |= _TTS
+        if issubclass(cls, LLMAssistantAggregator):
+            kind |= _AGGREGATOR
+        if issubclass(cls, BusBridgeProcessor):
+            kind |= _BRIDGE
+        if cls.processors is not FrameProcessor.processors:  # a pipeline: it has processors
+            kind |= _COMPOUND
+    if len(_KINDS) < 4096:  # classes made at run time (rare) are not kept past that
+        _KINDS[cls] = kind
+    return kind
 
 
 def _holds_context() -> bool:

@@ -27,7 +27,8 @@ from pipecat.pipeline.worker import PipelineWorker
 from ..core import schema as sc
 from ..core.faults import guard
 from ..core.record import PhaseRecord
-from ._observer import WorkerWatch, note_speech_started
+from ._downlink import note_speech_started, note_speech_stopped
+from ._observer import WorkerWatch
 from ._transition import FlowState, FlowsTelemetry, Transition
 
 
@@ -340,6 +341,20 @@ async def wrap_speech(telemetry: FlowsTelemetry, wrapped: Any, instance: Any, ar
 
 def _speech_started(media_sender: Any) -> None:
     guard("first speech", note_speech_started, media_sender, time.time_ns())
+
+
+async def wrap_speech_stopped(
+    telemetry: FlowsTelemetry, wrapped: Any, instance: Any, args: Any, kwargs: Any
+) -> Any:
+    """The output transport's media sender ends a run of the bot's speech, its last audio written
+    (a worker handoff's wait for the old audio ends there, not when the frame saying so reaches
+    the session's source, some processors and a handler task later). Noted once a run."""
+    now = time.time_ns()
+    speaking = getattr(instance, "_bot_speaking", False)
+    result = await wrapped(*args, **kwargs)
+    if speaking and telemetry.enabled:
+        guard("speech stopped", note_speech_stopped, instance, now)
+    return result
 
 
 # --- phases inside _set_node --------------------------------------------------------------------

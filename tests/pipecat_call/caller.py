@@ -35,6 +35,7 @@ from livekit_call import tones
 SAMPLE_RATE = 48000
 FRAME = SAMPLE_RATE // 50  # 20 ms, as a browser's microphone track hands Opus
 ENDED_AFTER = 5  # frames (100 ms) without a node's tone: it stopped speaking
+EDGE_SECONDS = 0.005  # where in a frame a node's voice stops or starts: told 5 ms at a time
 STEP_TIMEOUT = 30.0  # seconds any one step of a call may take before the call is reported failed
 FIRST, SECOND = "triage", "billing"
 
@@ -101,12 +102,17 @@ class Ears:
     frames: list[tuple[Any, ...]] = field(default_factory=list)
     first: dict[str, int] = field(default_factory=dict)
     ended: dict[str, int] = field(default_factory=dict)
+    # per node first heard: where in its first frame its voice starts (5 ms at a time), and where the
+    # voice heard before it had stopped
+    onset: dict[str, int] = field(default_factory=dict)
+    previous_ended: dict[str, int] = field(default_factory=dict)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     gone: bool = False
 
     async def listen(self, track: MediaStreamTrack) -> None:
         quiet: dict[str, int] = {}
         played_until = 0  # when the frames handed over so far have all been played
+        voiced_until: dict[str, int] = {}  # per node, where its voice last stopped
         while True:
             try:
                 frame = await track.recv()
@@ -121,8 +127,20 @@ class Ears:
             samples = frame.to_ndarray().reshape(-1, len(frame.layout.channels))[:, 0]
             voice = tones.whose(samples, frame.sample_rate)
             self.frames.append((now, voice))
+            edge = round(EDGE_SECONDS * frame.sample_rate)
+            blocks = [
+                tones.whose(samples[i : i + edge], frame.sample_rate) for i in range(0, len(samples), edge)
+            ]
             if voice is not None and voice not in self.first:
                 self.first[voice] = now
+                at = blocks.index(voice) if voice in blocks else 0
+                self.onset[voice] = now + round(at * EDGE_SECONDS * 1e9)
+                before = [ns for node, ns in voiced_until.items() if node != voice]
+                if before:
+                    self.previous_ended[voice] = max(before)
+            for i, block in enumerate(blocks):
+                if block is not None:
+                    voiced_until[block] = now + round((i + 1) * EDGE_SECONDS * 1e9)
             for node in self.first:
                 if node in self.ended:
                     continue
@@ -202,6 +220,8 @@ async def call(url: str, workdir: Path, command: dict[str, Any]) -> dict[str, An
         await asyncio.gather(*listening, return_exceptions=True)
     result["first_heard_ns"] = ears.first
     result["ended_ns"] = ears.ended
+    result["onset_ns"] = ears.onset
+    result["previous_ended_ns"] = ears.previous_ended
     (workdir / f"frames-{result.get('pc_id', 'failed')}.json").write_text(json.dumps(ears.frames))
     return result
 

@@ -214,16 +214,19 @@ def deploy(
     name: str,
     calls: Sequence[Call],
     browser: bool = False,
+    bot: str = "bot.py",
     **env: str,
 ) -> Deployment:
-    """Run ``calls`` one after another against a fresh runner across ``link``, then SIGTERM it;
-    record it all, what the shaper applied included. The caller is aiortc's (``caller.py``), or
-    with ``browser`` Chromium (``browser.py``)."""
+    """Run ``calls`` one after another against a fresh runner of ``bot`` (``bot.py``, the Flows
+    bot, or ``workers_bot.py``) across ``link``, then SIGTERM it; record it all, what the shaper
+    applied included. The caller is aiortc's (``caller.py``), or with ``browser`` Chromium
+    (``browser.py``)."""
     space = network.bot
     record = space.workdir / f"shaped-{name}.json"
     forwarder = shaper.start(network.wire, network.interfaces, link, record, seed=len(name))
     try:
-        deployment = _deploy(network, jaeger, name, calls, "browser.py" if browser else "caller.py", **env)
+        script = "browser.py" if browser else "caller.py"
+        deployment = _deploy(network, jaeger, name, calls, script, bot, **env)
     finally:
         netns.stop(forwarder)
     deployment.link = link
@@ -232,7 +235,13 @@ def deploy(
 
 
 def _deploy(
-    network: Network, jaeger: stack.Jaeger, name: str, calls: Sequence[Call], script: str, **env: str
+    network: Network,
+    jaeger: stack.Jaeger,
+    name: str,
+    calls: Sequence[Call],
+    script: str,
+    bot_script: str,
+    **env: str,
 ) -> Deployment:
     space = network.bot
     started = time.monotonic()
@@ -240,7 +249,7 @@ def _deploy(
     measurements = space.workdir / f"measure-{name}.jsonl"
     environment_ = environment(service, measurements, **env)
     log = space.workdir / f"bot-{name}.log"
-    command = [sys.executable, str(HERE / "bot.py"), "-t", "webrtc", "--host", "0.0.0.0"]
+    command = [sys.executable, str(HERE / bot_script), "-t", "webrtc", "--host", "0.0.0.0"]
     bot = space.start([*command, "--port", str(PORT)], log, environment_)
     deployment = Deployment(name, service, space.workdir)
     caller = None

@@ -6,7 +6,9 @@ appends JSON lines to it:
 - ``first_frame``, per node a call's output first speaks in: the wall-clock time
   (``time.time_ns()``) its first audio frame was written to the transport
   (``SmallWebRTCClient.write_audio_frame``, called), which node (its tone) and the call's peer
-  connection id (the bot's conversation id);
+  connection id (the bot's conversation id); with ``previous``, the node heard before it, and
+  ``previous_ended_ns``, when the transport had taken that node's last frame (its write returned:
+  the track had sent it);
 - ``transcribed``, per transcript the scripted STT pushes: when (``time_ns``) and when the caller's
   voice stopped reaching it (``quiet_since_ns``), the start of its endpointing wait.
 """
@@ -26,6 +28,8 @@ from pipecat.frames.frames import TranscriptionFrame
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCClient
 
 _last_voice: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+# when the transport had taken the last frame with a node's voice (its write returned)
+_last_sent: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def record(event: str, **fields: Any) -> None:
@@ -43,14 +47,26 @@ def install() -> None:
 
     async def measured_write_audio_frame(self: SmallWebRTCClient, frame: Any) -> bool:
         now = time.time_ns()
+        voice = None
         try:
             voice = tones.whose(np.frombuffer(frame.audio, dtype=np.int16), frame.sample_rate)
-            if voice is not None and _last_voice.get(self) != voice:
+            previous = _last_voice.get(self)
+            if voice is not None and previous != voice:
                 _last_voice[self] = voice
-                record("first_frame", call=self._webrtc_connection.pc_id, agent=voice, time_ns=now)
+                record(
+                    "first_frame",
+                    call=self._webrtc_connection.pc_id,
+                    agent=voice,
+                    time_ns=now,
+                    previous=previous,
+                    previous_ended_ns=_last_sent.get(self),
+                )
         except Exception as exc:  # an instrument must not change the call; the test sees this line
             record("measure_error", error=repr(exc))
-        return await write_audio_frame(self, frame)
+        written = await write_audio_frame(self, frame)
+        if voice is not None:
+            _last_sent[self] = time.time_ns()
+        return written
 
     SmallWebRTCClient.write_audio_frame = measured_write_audio_frame  # type: ignore[method-assign]
 

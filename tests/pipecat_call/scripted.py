@@ -7,8 +7,10 @@
   a ``UserStoppedSpeakingFrame``, a system frame, would overtake it at the user aggregator, which
   then ends the turn only on its 0.5 s timeout).
 - :class:`ScriptedLLM` greets, calls ``transfer_to_billing`` after the caller's turn, then answers.
+- :func:`triage_llm` and :func:`billing_llm`: the same script split between two workers' models
+  (``workers_bot.py``); triage says it transfers the caller and calls the tool in one response.
 - :class:`ToneTTS` speaks each node's tone (``livekit_call/tones.py``): whoever hears a frame
-  knows which node spoke it.
+  knows which node (or worker) spoke it.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from pipecat.services.stt_service import STTService
 from pipecat.services.tts_service import TTSService
 
 from otel_handoff.cli.offline.pipecat_flows import ScriptedLLM as _ScriptedLLM
+from otel_handoff.cli.offline.pipecat_workers import TalkingLLM
 
 ENDPOINTING_SECONDS = 0.3  # quiet after speech before the STT ends the turn
 _VOICED = 0.01  # of full scale (root mean square): speech, not the caller's silence
 TTS_SECONDS = 1.0  # each reply's audio
 GREETING = "Support line, how can I help you today?"
 BILLING_REPLY = "I can help you with your bill."
+FAREWELL = "Let me transfer you to billing."
 
 
 class EndpointingSTT(STTService):
@@ -79,10 +83,20 @@ class ScriptedLLM(_ScriptedLLM):
         super().__init__([GREETING, [("transfer_to_billing", {})], BILLING_REPLY])
 
 
-class ToneTTS(TTSService):
-    """Each node's replies in its tone, the node told by the reply's text."""
+def triage_llm() -> TalkingLLM:
+    return TalkingLLM([GREETING, (FAREWELL, [("transfer_to_billing", {})])])
 
-    def __init__(self) -> None:
+
+def billing_llm() -> TalkingLLM:
+    return TalkingLLM([BILLING_REPLY])
+
+
+class ToneTTS(TTSService):
+    """Each node's replies in its tone, the node told by the reply's text; a worker's own TTS
+    (``voice``) speaks every reply in that worker's tone."""
+
+    def __init__(self, voice: str | None = None) -> None:
+        self._voice = voice
         super().__init__(
             push_start_frame=True,
             push_stop_frames=True,
@@ -94,7 +108,7 @@ class ToneTTS(TTSService):
         return False
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, Any]:  # type: ignore[override]
-        voice = "triage" if text.strip() == GREETING else "billing"
+        voice = self._voice or ("triage" if text.strip() == GREETING else "billing")
         audio = tones.tone(tones.TONES[voice], TTS_SECONDS, self.sample_rate)
         yield TTSAudioRawFrame(
             audio=audio, sample_rate=self.sample_rate, num_channels=1, context_id=context_id

@@ -77,7 +77,9 @@ class TalkingLLM(ScriptedLLM):
 class PlayingOutput(SpeakerOutput):
     """Stands in for ``transport.output()`` as a transport plays: audio passes on at once and plays
     in real time in a task of its own, the bot speaking from a run's first audio until its queue is
-    empty (so a flush passes while the old audio still plays, as through a real transport)."""
+    empty. A flush passes while the old audio still plays: a real transport's output holds it behind
+    the audio instead (docs/pipecat.md, a real call), so the demo's wait for the old audio comes after
+    the setup, a real call's before the drain's rest."""
 
     def __init__(self, realtime: bool = True) -> None:
         super().__init__(paced=False)
