@@ -22,8 +22,11 @@
 # llama-index-core; `bash .ci/framework-suite.sh llama-index 0.14.19`; LLAMA_INDEX_GIT names another clone)
 # and Pipecat (pipecat-ai's sdist ships no tests: its repository's tag v<release>, the folder tests,
 # run from the repository's root so its pytest settings apply; `bash .ci/framework-suite.sh pipecat 1.7.0`;
-# PIPECAT_GIT names another clone). A test that needs a package the recipe leaves out fails to collect
-# both ways alike.
+# PIPECAT_GIT names another clone) and LiveKit Agents (its sdist ships no tests, 2.0.0b1 no sdist at
+# all: its repository's tag livekit-agents@<release>, its `--unit` category, no plugin installed;
+# LIVEKIT_AGENTS_GIT names another clone; the copy we could reach ends after 1.7.0:
+# `LIVEKIT_AGENTS_GIT=<clone> FRAMEWORK_SUITE_REF=main bash .ci/framework-suite.sh livekit-agents 1.8.9`).
+# A test that needs a package the recipe leaves out fails to collect both ways alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 framework="${1:?framework (langgraph)}"
@@ -88,9 +91,24 @@ case "$framework" in
     # its pythonpath "src" is not checked out, so the tests import the installed release
     run_from_root=1
     ;;
+  livekit-agents)  # its sdist ships no tests (2.0.0b1 has no sdist): its repository's tag livekit-agents@<release>
+    deps=(pytest pytest-asyncio "pytest-asyncio-concurrent==0.5.2" pytest-timeout python-dotenv httpx)
+    instrumentor="otel_handoff.livekit:LiveKitHandoffInstrumentor"
+    our_extra=livekit  # otel-handoff's extra for it
+    git_source="${LIVEKIT_AGENTS_GIT:-https://github.com/livekit/agents}"
+    git_tag="livekit-agents@$release"
+    git_folder=tests
+    run_from_root=1  # its tests are a package run from the root (its pyproject: markers, pythonpath)
+    tests=(tests)
+    # its unit category, the tests that need no provider, no Docker (toxiproxy) and no network; its own
+    # addopts again (the script clears them); native tracebacks, as for LlamaIndex (CPython 3.11's
+    # SystemError); a test that hangs offline fails after 60 s
+    pytest_args=(--import-mode=importlib -p tests.concurrency --unit --tb=native --timeout=60)
+    ;;
   *) echo "framework-suite: no recipe for $framework" >&2; exit 2 ;;
 esac
 dist="${dist:-$framework}"
+our_extra="${our_extra:-$framework}"
 tests=("${tests[@]:-tests/}")
 if [[ -n "${FRAMEWORK_SUITE_TESTS:-}" ]]; then read -r -a tests <<< "$FRAMEWORK_SUITE_TESTS"; fi
 if [[ -n "${FRAMEWORK_SUITE_ARGS:-}" ]]; then read -r -a more <<< "$FRAMEWORK_SUITE_ARGS"; pytest_args+=("${more[@]}"); fi
@@ -108,10 +126,10 @@ if [[ -n "${git_source:-}" ]]; then
     orchestrations="$(sed -n 's/^version = "\(.*\)"/\1/p' "$source_dir/packages/orchestrations/pyproject.toml")"
     deps+=("agent-framework-orchestrations==$orchestrations")
   fi
-  "$work/venv/bin/pip" install -q "$dist${extras:-}==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" install -q "$dist${extras:-}==$release" "${deps[@]}" -e "$repo[$our_extra]"
   if [[ -n "${drop_source:-}" ]]; then rm -rf "${source_dir:?}/$drop_source"; fi
 else
-  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$framework]"
+  "$work/venv/bin/pip" install -q "$dist==$release" "${deps[@]}" -e "$repo[$our_extra]"
   "$work/venv/bin/pip" download -q --no-deps --no-binary :all: -d "$work" "$dist==$release"
   tar xzf "$work"/*.tar.gz -C "$work"
   source_dir="$(find "$work" -maxdepth 1 -type d -name "*-$release" | head -n 1)"
