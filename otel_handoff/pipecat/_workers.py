@@ -367,7 +367,9 @@ def _watch_drain(telemetry: WorkersTelemetry, worker: Any, handoff: WorkerHandof
     run of speech during the drain (its last write, noted once a run), and only then the probe
     reaching the session's sink, says so. Only where the session writes to a transport's output."""
     shape = _shape(telemetry, worker)
-    session = shape.session() if shape.session is not None and shape.transport_output else None
+    if not shape.transport_output or not hasattr(pipecat_frames, "PipelineFlushFrame"):
+        return  # no transport's output (nor a session), or no flush probe to queue behind its audio
+    session = shape.session()
     if session is None:
         return
     through = MarkedFrameAwaited(
@@ -618,12 +620,11 @@ def _await_output(
     # the old audio still plays (before 1.13) the new follows it in one run of speech, unmarked
     session = shape.session() if shape.session is not None else None
     if session is not None and quiet:
-        speech = MarkedFrameAwaited(
-            session,
-            UPSTREAM,
-            _SPEECH_STARTED,
-            functools.partial(_first_speech, telemetry, handoff),
-            SPEECH_STARTED,
+        arrived = functools.partial(_first_speech, telemetry, handoff)
+        speech = (  # the output's first write of the speech marked, where there is an output
+            MarkedFrameAwaited(session, UPSTREAM, _SPEECH_STARTED, arrived, SPEECH_STARTED)
+            if shape.transport_output
+            else FrameAwaited(session, UPSTREAM, _SPEECH_STARTED, arrived)
         )
         if speech.listening:
             earlier = telemetry.speech.get(session)
@@ -776,36 +777,26 @@ def _shape(telemetry: WorkersTelemetry, worker: Any) -> _Shape:
     found = telemetry.shapes.get(worker)
     if found is None:
         kinds = _contents((getattr(worker, "_pipeline", None),), [], 0, _TTS)
-        session, aggregators = _session(telemetry, worker)
-        output = _transport_output(session() if session is not None else None)
-        found = telemetry.shapes[worker] = _Shape(bool(kinds & _TTS), session, aggregators, output)
+        found = telemetry.shapes[worker] = _Shape(bool(kinds & _TTS), *_session(telemetry, worker))
     return found
 
 
-def _transport_output(session: Any) -> bool:
-    """Does the session write to a transport's output (which plays its audio in order with the
-    drain's flush probe)? Not where no transport was ever imported, or no flush probe exists."""
-    output = getattr(sys.modules.get("pipecat.transports.base_output"), "BaseOutputTransport", None)
-    if session is None or output is None or not hasattr(pipecat_frames, "PipelineFlushFrame"):
-        return False
-    return any(isinstance(p, output) for p in _processors(getattr(session, "_pipeline", None)))
-
-
-def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...]]:
-    """The worker of this process that bridges the agents to the output, and its assistant
-    aggregators; found once per bus (a session's workers share one)."""
+def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, ...], bool]:
+    """The worker of this process that bridges the agents to the output, its assistant aggregators,
+    and whether it writes to a transport's output; found in one walk of its pipeline, once per bus
+    (a session's workers share one)."""
     bus = getattr(worker, "_bus", None)
     found = telemetry.sessions.get(bus) if bus is not None else None
     if found is not None and found[0] is not None and found[0]() is not None:
         return found
-    found = (None, ())
+    found: tuple[Any, tuple[Any, ...], bool] = (None, (), False)
     for other in _local_workers(worker):
         if other is worker or getattr(other, "_bridged", None) is not None:
             continue  # a bridged worker is an agent, not the session
         aggregators: list[Any] = []
         kinds = _contents((getattr(other, "_pipeline", None),), aggregators, 0, 0)
         if aggregators and kinds & _BRIDGE:
-            found = (weakref.ref(other), tuple(weakref.ref(a) for a in aggregators))
+            found = (weakref.ref(other), tuple(weakref.ref(a) for a in aggregators), bool(kinds & _OUTPUT))
             break
     if bus is not None and found[0] is not None:
         telemetry.sessions[bus] = found
@@ -814,20 +805,8 @@ def _session(telemetry: WorkersTelemetry, worker: Any) -> tuple[Any, tuple[Any, 
 
 # what a processor is, by its class, found once per class: a walk of a worker's pipeline (once per
 # worker) costs a dictionary look-up per processor, and descends only into compound ones
-_TTS, _AGGREGATOR, _BRIDGE, _COMPOUND = 1, 2, 4, 8
+_TTS, _AGGREGATOR, _BRIDGE, _COMPOUND, _OUTPUT = 1, 2, 4, 8, 16
 _KINDS: dict[type, int] = {}
-
-
-def _processors(pipeline: Any) -> list[Any]:
-    """Every processor of a pipeline, nested pipelines' too, in one pass (no generator per level)."""
-    found: list[Any] = []
-    stack = [pipeline]
-    while stack and len(found) < 512:
-        processor = stack.pop()
-        if processor is not None:
-            found.append(processor)
-            stack.extend(getattr(processor, "processors", None) or ())
-    return found
 
 
 def _contents(processors: Any, aggregators: list[Any], depth: int, enough: int) -> int:
@@ -855,12 +834,15 @@ def _kind(cls: type) -> int:
     from pipecat.processors.frame_processor import FrameProcessor
 
     # not imported where the app has not: its import warns of a deprecated class it defines, and a
-    # class can only be a TTS service once that module is loaded
+    # class can only be a TTS service (or a transport's output) once that module is loaded
     tts = getattr(sys.modules.get("pipecat.services.tts_service"), "TTSService", None)
+    output = getattr(sys.modules.get("pipecat.transports.base_output"), "BaseOutputTransport", None)
     kind = 0
     if issubclass(cls, FrameProcessor):
         if tts is not None and issubclass(cls, tts):
             kind |= _TTS
+        if output is not None and issubclass(cls, output):
+            kind |= _OUTPUT
         if issubclass(cls, LLMAssistantAggregator):
             kind |= _AGGREGATOR
         if issubclass(cls, BusBridgeProcessor):
