@@ -127,6 +127,8 @@ async def test_tool_transition_with_append(flows: Spans, open_spans: OpenSpans) 
     # the function result's way back to Flows: from the handler's end until _set_node begins
     assert kids[sc.SPAN_HANDLER].end_time == kids[sc.SPAN_DELIVERY].start_time
     assert kids[sc.SPAN_DELIVERY].end_time <= kids[sc.SPAN_CONTEXT_UPDATE].start_time
+    # the node set up to the transition's end: made current, the model asked to respond
+    assert kids[sc.SPAN_CONTEXT_UPDATE].end_time == handoff.end_time
     assert a[sc.DURATION] == pytest.approx(a[sc.HANDLER_DURATION] + a[sc.CONTEXT_UPDATE_DURATION], abs=1e-6)
     assert sc.UNATTRIBUTED_DURATION not in a  # the phases cover the transition
     # the caller heard the bot again in the new node: the dead air, linked to the handoff
@@ -202,7 +204,8 @@ async def test_post_actions(flows: Spans) -> None:
     a = check(handoff)
     post = children(flows, handoff)[sc.SPAN_POST_ACTIONS]
     assert post.attributes[sc.ACTIONS] == ("note_visit",)
-    assert post.start_time >= children(flows, handoff)[sc.SPAN_CONTEXT_UPDATE].end_time
+    # the node's set-up runs until the post-actions begin: no step of _set_node between them unnamed
+    assert post.start_time == children(flows, handoff)[sc.SPAN_CONTEXT_UPDATE].end_time
     assert sc.POST_ACTIONS_DURATION in a
 
 

@@ -317,10 +317,22 @@ def _note_delivery(transition: Transition, now: int) -> None:
 
 def _end(state: FlowState, transition: Transition) -> None:
     transition.set_ns = time.time_ns()
+    _node_set_up_until_post_actions(transition)
     state.emit(transition, sc.OUTCOME_COMPLETED, transition.set_ns)
     state.awaiting_speech = transition
     if state.watch is not None:
         state.watch.await_speech()
+
+
+def _node_set_up_until_post_actions(transition: Transition) -> None:
+    """After ``_update_llm_context`` Flows makes the node current and asks the model to respond (an
+    ``LLMRunFrame`` queued on the worker, a path every frame takes, so not wrapped): the node's
+    set-up too. The context update runs on to the post-actions, or to ``_set_node``'s end."""
+    update = transition.phases.get(sc.PHASE_CONTEXT_UPDATE)
+    if update is None or not update.end_ns:
+        return
+    post = transition.phases.get(sc.PHASE_POST_ACTIONS)
+    update.end_ns = max(update.end_ns, post.start_ns if post is not None else transition.set_ns)
 
 
 # --- phases inside _set_node --------------------------------------------------------------------
