@@ -28,6 +28,7 @@ from ..core import schema as sc
 from ..core.emit import span_in
 from ..core.faults import guard, report
 from ..core.instrumentor import wrap_where_defined
+from ..core.shadow import Shadows, original
 from ..core.spans import HandoffTelemetry
 from ._downlink import published_audio_track
 from ._features import UPDATE_AGENT_SPAN, LiveKitFeatures
@@ -446,6 +447,7 @@ def _on_enter_gone(handoff: LiveKitHandoff, watched: Any) -> None:
 
 # --- LiveKit's own spans of the handoff (1.8.2+) -------------------------------------------------
 _UPDATE_AGENT_ARGS = (UPDATE_AGENT_SPAN,)  # how `_update_activity` calls `tracer.start_span`
+_START_SPAN = "start_span"
 
 
 class UpdateAgentSpanHook:
@@ -455,15 +457,14 @@ class UpdateAgentSpanHook:
     every span of every turn too: wrapped on the class, each of them would pass through us between
     handoffs. Instead a ``start_span`` of ours shadows the method on that one tracer object while a
     handoff whose LiveKit spans record is in `_update_activity` and has not seen its span, and is
-    gone again when none is (sessions in threads share the tracer: the count is locked).
+    gone again when none is (``core.shadow``: sessions in threads share the tracer).
     """
 
     def __init__(self, tracer: Any) -> None:
         self._tracer = tracer
-        self._lock = threading.Lock()
-        self._waiting = 0
+        self._shadows = Shadows()
+        self._lock = threading.Lock()  # a hold and uninstrument() in two threads: never one after
         self._closed = False
-        self._start_span = functools.partial(start_livekit_span, self)
 
     def wait_for(self, handoff: LiveKitHandoff, session: Any) -> None:
         """The handoff entered `_update_activity`: see the span LiveKit starts for it."""
@@ -473,40 +474,37 @@ class UpdateAgentSpanHook:
             if self._closed:
                 return
             handoff.livekit_pending = True
-            self._waiting += 1
-            if self._waiting == 1:
-                vars(self._tracer)["start_span"] = self._start_span
+            self._shadows.hold(self._tracer, _START_SPAN, self._shadow)
 
     def release(self, handoff: LiveKitHandoff) -> None:
         """Its span started, or `_update_activity` is over without one."""
         handoff.livekit_pending = False
-        with self._lock:
-            if self._closed:
-                return
-            self._waiting -= 1
-            if self._waiting == 0:
-                vars(self._tracer).pop("start_span", None)
+        self._shadows.release(self._tracer, _START_SPAN)
 
     def close(self) -> None:
         """uninstrument(): the tracer as it was, whatever is in flight."""
         with self._lock:
             self._closed = True
-            self._waiting = 0
-            vars(self._tracer).pop("start_span", None)
+            self._shadows.clear()
 
-    def original(self, *args: Any, **kwargs: Any) -> Any:
-        """The tracer's own ``start_span``, as its class has it now (another's wrapper included)."""
-        return type(self._tracer).start_span(self._tracer, *args, **kwargs)
+    def _shadow(self, previous: Any) -> Any:
+        return functools.partial(start_livekit_span, self, previous)
+
+    def original(self, previous: Any) -> Any:
+        """The tracer's own ``start_span``: its own attribute we shadow, else its class's as the
+        class has it now (another's wrapper included)."""
+        return original(self._tracer, _START_SPAN, previous)
 
 
-def start_livekit_span(hook: UpdateAgentSpanHook, *args: Any, **kwargs: Any) -> Any:
+def start_livekit_span(hook: UpdateAgentSpanHook, previous: Any, *args: Any, **kwargs: Any) -> Any:
     """LiveKit's tracer starting a span while a handoff waits: its ``update_agent`` of a handoff of
     ours goes under that handoff's ``agent_handoff``, started now for it, so the handoff is one tree."""
+    start_span = hook.original(previous)
     if args != _UPDATE_AGENT_ARGS or "context" in kwargs:
-        return hook.original(*args, **kwargs)  # any other span LiveKit starts meanwhile
+        return start_span(*args, **kwargs)  # any other span LiveKit starts meanwhile
     handoff = CURRENT_HANDOFF.get()
     if handoff is None or not handoff.livekit_pending:
-        return hook.original(*args, **kwargs)  # another session's, or a handoff not ours
+        return start_span(*args, **kwargs)  # another session's, or a handoff not ours
     try:
         hook.release(handoff)
         parent = handoff.parent_of_livekit_spans()
@@ -514,8 +512,8 @@ def start_livekit_span(hook: UpdateAgentSpanHook, *args: Any, **kwargs: Any) -> 
         report("update_agent span", exc)
         parent = None
     if parent is None:
-        return hook.original(*args, **kwargs)
-    span = hook.original(*args, context=parent, **kwargs)
+        return start_span(*args, **kwargs)
+    span = start_span(*args, context=parent, **kwargs)
     guard("update_agent span", handoff.livekit_spans_started, span)
     return span
 

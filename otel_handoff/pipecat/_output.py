@@ -26,6 +26,7 @@ import weakref
 from typing import Any
 
 from ..core.faults import guard
+from ..core.shadow import Shadows, original
 from ._downlink import note_speech_started, note_speech_stopped
 
 SPEECH_STARTED = "_bot_started_speaking"
@@ -36,19 +37,8 @@ OUTPUT = "pipecat.transports.base_output"
 _enabled = False  # at instrument(): the release's media sender has both methods
 
 
-class _Shadow:
-    """One method of one media sender, shadowed while ``holds`` waits need it."""
-
-    __slots__ = ("holds", "method", "previous")
-
-    def __init__(self, method: Any, previous: Any) -> None:
-        self.holds = 1
-        self.method = method
-        self.previous = previous  # the app's own instance attribute, if it had one
-
-
-# media sender -> method name -> its shadow
-_SHADOWS: weakref.WeakKeyDictionary[Any, dict[str, _Shadow]] = weakref.WeakKeyDictionary()
+# the media senders' methods shadowed while a handoff waits (``core.shadow``)
+_SHADOWS = Shadows()
 
 
 def available() -> bool:
@@ -87,9 +77,6 @@ def disable() -> None:
     """At ``uninstrument()``: every shadow goes, whatever still holds it."""
     global _enabled
     _enabled = False
-    for sender, shadows in list(_SHADOWS.items()):
-        for name in list(shadows):
-            _unshadow(sender, name, shadows.pop(name))
     _SHADOWS.clear()
 
 
@@ -100,9 +87,11 @@ class Held:
 
     def __init__(self, outputs: tuple[Any, ...], name: str) -> None:
         self._name = name
-        self._senders = [weakref.ref(s) for s in _media_senders(outputs)]
-        for sender in self._senders:
-            _hold(sender(), name)
+        senders = _media_senders(outputs)
+        self._senders = [weakref.ref(s) for s in senders]
+        shadow = _shadow_started if name == SPEECH_STARTED else _shadow_stopped
+        for sender in senders:
+            _SHADOWS.hold(sender, name, functools.partial(shadow, sender))
 
     def release(self) -> None:
         """Once: the shadows this held go when nothing else holds them."""
@@ -110,7 +99,7 @@ class Held:
         for ref in senders:
             sender = ref()
             if sender is not None:
-                _release(sender, self._name)
+                _SHADOWS.release(sender, self._name)
 
 
 # worker -> its output transports (weakly), found once: a pipeline's processors are fixed
@@ -153,50 +142,13 @@ def _media_senders(outputs: tuple[Any, ...]) -> list[Any]:
     return found
 
 
-def _hold(sender: Any, name: str) -> None:
-    shadows = _SHADOWS.get(sender)
-    if shadows is None:
-        shadows = _SHADOWS[sender] = {}
-    shadow = shadows.get(name)
-    if shadow is not None:  # (where the app set its own since, theirs stays: no marks there)
-        shadow.holds += 1
-        return
-    previous = vars(sender).get(name)  # the app's own
-    function = _started if name == SPEECH_STARTED else _stopped
+def _shadow_started(sender: Any, previous: Any) -> Any:
     # bound to the sender, with what it shadows: a method the app kept of ours calls what ours did
-    method = types.MethodType(functools.partial(function, previous), sender)
-    shadow = shadows[name] = _Shadow(method, previous)
-    vars(sender)[name] = shadow.method
+    return types.MethodType(functools.partial(_started, previous), sender)
 
 
-def _release(sender: Any, name: str) -> None:
-    shadows = _SHADOWS.get(sender)
-    shadow = shadows.get(name) if shadows is not None else None
-    if shadow is None:
-        return
-    shadow.holds -= 1
-    if shadow.holds <= 0:
-        del shadows[name]
-        _unshadow(sender, name, shadow)
-
-
-def _unshadow(sender: Any, name: str, shadow: _Shadow) -> None:
-    attributes = vars(sender)
-    if attributes.get(name) is not shadow.method:
-        return  # the app set its own since: it stays
-    if shadow.previous is None:
-        del attributes[name]
-    else:
-        attributes[name] = shadow.previous
-
-
-def _original(previous: Any, sender: Any, name: str) -> Any:
-    """What the sender's method is without us: the app's attribute we shadow, else the class's
-    (looked up now, so the app's patch of the class holds)."""
-    if previous is not None:
-        return previous
-    cls = type(sender)
-    return getattr(cls, name).__get__(sender, cls)
+def _shadow_stopped(sender: Any, previous: Any) -> Any:
+    return types.MethodType(functools.partial(_stopped, previous), sender)
 
 
 async def _started(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any:
@@ -206,7 +158,7 @@ async def _started(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any
     first step, so ``first_speech`` ends at the write and not when the upstream copy, some
     processors later, reaches the worker's source (1 to 7 ms later on a loaded machine)."""
     speaking = getattr(sender, "_bot_speaking", True)
-    result = await _original(previous, sender, SPEECH_STARTED)(*args, **kwargs)
+    result = await original(sender, SPEECH_STARTED, previous)(*args, **kwargs)
     if not speaking:
         guard("first speech", asyncio.get_running_loop().call_soon, _speech_started, sender)
     return result
@@ -222,7 +174,7 @@ async def _stopped(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any
     some processors and a handler task later). Noted once a run."""
     now = time.time_ns()
     speaking = getattr(sender, "_bot_speaking", False)
-    result = await _original(previous, sender, SPEECH_STOPPED)(*args, **kwargs)
+    result = await original(sender, SPEECH_STOPPED, previous)(*args, **kwargs)
     if speaking:
         guard("speech stopped", note_speech_stopped, sender, now)
     return result
