@@ -41,7 +41,8 @@ UNKNOWN_CODEC = "unknown_codec"  # the packet time is not known
 class Downlink:
     """What the agent's side reports of the way its audio takes to the caller."""
 
-    round_trip_time: float | None  # seconds: RTCP receiver reports, else the ICE pair's; None: unknown
+    # seconds: RTCP receiver reports' (their mean, or aiortc's smoothed), else the ICE pair's; None: unknown
+    round_trip_time: float | None
     jitter: float | None  # seconds, interarrival jitter the receiver reports
     packets_lost: int | None
     packet_duration: float | None  # seconds of audio per RTP packet

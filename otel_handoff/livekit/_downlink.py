@@ -67,15 +67,21 @@ def caller_quality() -> str | None:
 def downlink(stats: Any) -> Downlink:
     """A :class:`Downlink` from livekit-rtc's ``RtcStats`` list: the receiver's reports of the
     published track (``remote_inbound_rtp``), its ``codec``; the round trip from RTCP once it has
-    measured one, else from the connection's ICE pair (measured when the call connected)."""
+    measured one, else from the connection's ICE pair (measured when the call connected).
+
+    The round trip is the mean of RTCP's measurements so far (``totalRoundTripTime`` over
+    ``roundTripTimeMeasurements``), not the last: one report's round trip is two one-way delays,
+    each varying by the link's jitter, so it strays twice as far from the mean path as one packet
+    does (aiortc's, Pipecat's, is smoothed already)."""
     rtt = ice_rtt = jitter = lost = None
     codec = fmtp = None
     for item in stats:
         kind = item.WhichOneof("stats")
         if kind == "remote_inbound_rtp":
             report = item.remote_inbound_rtp
-            if report.remote_inbound.round_trip_time_measurements:
-                rtt = report.remote_inbound.round_trip_time
+            measured = report.remote_inbound.round_trip_time_measurements
+            if measured:
+                rtt = report.remote_inbound.total_round_trip_time / measured
             if report.received.HasField("jitter"):
                 jitter = report.received.jitter
             if report.received.HasField("packets_lost"):
