@@ -720,13 +720,13 @@ async def test_a_transports_media_sender_carries_ours_only_while_a_transition_aw
     await tool_transition(output=pf.SpeakerOutput(speaks=False), transport=transport)
     (handoff,) = handoffs(flows)
     (speech,) = flows.named(sc.SPAN_FIRST_SPEECH)
-    # the greeting's chunks, then the new node's: only its first few while speech was awaited
+    # the greeting's chunks, then the new node's: ours from its first, until the first speech is
+    # seen, and never again. (How many of its chunks are written before the speech's frame reaches
+    # the worker's source is the event loop's: one on CPython 3.11, all four on 3.12.)
     greeting = transport.shadowed.index(True)
     assert greeting >= 2 and not any(transport.shadowed[:greeting])
-    assert (
-        transport.shadowed[-1] is False
-        and transport.shadowed.count(True) < len(transport.shadowed) - greeting
-    )
+    held = transport.shadowed[greeting:]
+    assert held == sorted(held, reverse=True)  # True, then only False
     assert speech.end_time == _downlink._SPEECH_STARTED[transport] > handoff.end_time
     sender = transport._media_senders[None]
     assert {"_bot_started_speaking", "_bot_stopped_speaking"} & set(vars(sender)) == (

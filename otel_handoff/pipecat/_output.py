@@ -107,8 +107,8 @@ _OUTPUTS: weakref.WeakKeyDictionary[Any, tuple[Any, ...]] = weakref.WeakKeyDicti
 
 
 def hold(worker: Any, name: str) -> Held | None:
-    """Shadow ``name`` on the media senders of ``worker``'s output transports, while held; None
-    where it has none."""
+    """Shadow ``name`` on the media senders of ``worker``'s ready output transports, while held;
+    None where it has none (another pipeline's ready transport is not this one's)."""
     if not _enabled or worker is None or not _READY:
         return None
     outputs = _OUTPUTS.get(worker)
@@ -116,7 +116,8 @@ def hold(worker: Any, name: str) -> Held | None:
         outputs = _outputs(worker)
         if outputs:  # (none yet: its transport may not be ready yet)
             _OUTPUTS[worker] = outputs
-    return Held(outputs, name) if outputs else None
+    ready = tuple(ref for ref in outputs if id(ref()) in _READY)
+    return Held(ready, name) if ready else None
 
 
 def _outputs(worker: Any) -> tuple[Any, ...]:
