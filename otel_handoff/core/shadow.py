@@ -57,7 +57,7 @@ class Shadows:
         with self._lock:
             shadows = self._shadows.get(obj)
             shadow = shadows.get(name) if shadows is not None else None
-            if shadow is None:
+            if shadows is None or shadow is None:
                 return
             shadow.holds -= 1
             if shadow.holds <= 0:
