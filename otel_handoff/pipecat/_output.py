@@ -89,9 +89,9 @@ class Held:
         self._name = name
         senders = _media_senders(outputs)
         self._senders = [weakref.ref(s) for s in senders]
-        shadow = _shadow_started if name == SPEECH_STARTED else _shadow_stopped
+        function = _started if name == SPEECH_STARTED else _stopped
         for sender in senders:
-            _SHADOWS.hold(sender, name, functools.partial(shadow, sender))
+            _SHADOWS.hold(sender, name, functools.partial(_bound, function, sender))
 
     def release(self) -> None:
         """Once: the shadows this held go when nothing else holds them."""
@@ -143,13 +143,10 @@ def _media_senders(outputs: tuple[Any, ...]) -> list[Any]:
     return found
 
 
-def _shadow_started(sender: Any, previous: Any) -> Any:
-    # bound to the sender, with what it shadows: a method the app kept of ours calls what ours did
-    return types.MethodType(functools.partial(_started, previous), sender)
-
-
-def _shadow_stopped(sender: Any, previous: Any) -> Any:
-    return types.MethodType(functools.partial(_stopped, previous), sender)
+def _bound(function: Any, sender: Any, previous: Any) -> Any:
+    """Our ``function`` as the sender's method, with what it shadows: a method the app kept of ours
+    calls what ours did."""
+    return types.MethodType(functools.partial(function, previous), sender)
 
 
 async def _started(previous: Any, sender: Any, *args: Any, **kwargs: Any) -> Any:
